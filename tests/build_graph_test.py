@@ -1,0 +1,88 @@
+"""Every `*_test.py` in the tree is the main source of some py_test target.
+
+Without this, a test file that nobody wired into a BUILD file would silently
+drop out of `bazel test //...`. BUILD files are Starlark, read with `ast`.
+"""
+
+import ast
+import os
+
+from absl.testing import absltest
+
+_SKIP_DIRS = {".git", ".venvs", "node_modules"}
+_BUILD_NAMES = ("BUILD.bazel", "BUILD")
+
+
+def source_root():
+    # MODULE.bazel is a data dependency; its runfile links back to the source tree.
+    return os.path.dirname(os.path.realpath("MODULE.bazel"))
+
+
+def _string_list(node):
+    if isinstance(node, ast.List):
+        return [e.value for e in node.elts if isinstance(e, ast.Constant)]
+    return []
+
+
+def py_test_mains(build_text):
+    """The main file of each py_test in a BUILD file: `main`, or `name`.py."""
+    mains = set()
+    for call in ast.walk(ast.parse(build_text)):
+        if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                and call.func.id == "py_test"):
+            continue
+        args = {k.arg: k.value for k in call.keywords}
+        name = args["name"].value if "name" in args else None
+        if "main" in args:
+            mains.add(args["main"].value)
+        else:
+            srcs = _string_list(args.get("srcs"))
+            mains.add(srcs[0] if len(srcs) == 1 else f"{name}.py")
+    return mains
+
+
+def unwired_tests(root):
+    """Test files whose package has no py_test with them as main."""
+    missing = []
+    for directory, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not d.startswith("bazel-")]
+        package = directory
+        while not any(os.path.exists(os.path.join(package, b)) for b in _BUILD_NAMES):
+            if package == root:
+                break
+            package = os.path.dirname(package)
+        mains = set()
+        for build in _BUILD_NAMES:
+            path = os.path.join(package, build)
+            if os.path.exists(path):
+                with open(path) as f:
+                    mains |= py_test_mains(f.read())
+        for name in files:
+            if name.endswith("_test.py"):
+                relative = os.path.relpath(os.path.join(directory, name), package)
+                if relative not in mains:
+                    missing.append(os.path.relpath(os.path.join(directory, name), root))
+    return sorted(missing)
+
+
+class BuildGraphTest(absltest.TestCase):
+
+    def test_every_test_file_has_a_py_test(self):
+        root = source_root()
+        self.assertTrue(os.path.exists(os.path.join(root, "tests", "build_graph_test.py")),
+                        f"{root} is not the source tree")
+        self.assertEqual(unwired_tests(root), [])
+
+    def test_detects_an_unwired_test(self):
+        root = self.create_tempdir().full_path
+        os.makedirs(os.path.join(root, "pkg", "sub"))
+        with open(os.path.join(root, "pkg", "BUILD.bazel"), "w") as f:
+            f.write('py_test(name = "a_test", srcs = ["a_test.py"])\n'
+                    'py_test(name = "b", srcs = ["x.py", "b.py"], main = "b_test.py")\n')
+        for name in ("a_test.py", "b_test.py", "c_test.py", "sub/d_test.py"):
+            open(os.path.join(root, "pkg", name), "w").close()
+        self.assertEqual(unwired_tests(root), ["pkg/c_test.py", "pkg/sub/d_test.py"])
+
+
+if __name__ == "__main__":
+    absltest.main()

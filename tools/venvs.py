@@ -1,0 +1,136 @@
+"""Builds the project's virtualenvs from their lock files, only when a lock changed.
+
+Run by ./bazelw with the system python3 before Bazel starts (standard library
+only). Each universe `NAME` has `third_party/requirements/NAME_lock.txt` and a
+virtualenv at `.venvs/NAME`. A virtualenv is complete once its stamp file holds
+the hash of the lock and interpreter it was built from; anything else (no
+stamp, another lock, an interrupted install) is rebuilt from scratch.
+
+    python3 tools/venvs.py train serve     # ensure both, print their pythons
+"""
+
+import argparse
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+LOCKS = os.path.join(ROOT, "third_party", "requirements")
+VENVS = os.path.join(ROOT, ".venvs")
+STAMP = ".lock.sha256"
+# The CPU build of torch that the locks pin (`+cpu`) lives on the PyTorch index,
+# unless pip is configured with local find-links that hold it (CI machines).
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
+
+
+def lock_path(name):
+    return os.path.join(LOCKS, f"{name}_lock.txt")
+
+
+def venv_path(name):
+    return os.path.join(VENVS, name)
+
+
+def wanted_stamp(name, base_python=sys.executable):
+    digest = hashlib.sha256()
+    with open(lock_path(name), "rb") as f:
+        digest.update(f.read())
+    version = subprocess.run(
+        [base_python, "-c", "import sys; print(sys.version)"],
+        check=True, capture_output=True, text=True).stdout
+    digest.update(version.encode())
+    return digest.hexdigest()
+
+
+def is_current(name, stamp):
+    try:
+        with open(os.path.join(venv_path(name), STAMP)) as f:
+            return f.read().strip() == stamp
+    except FileNotFoundError:
+        return False
+
+
+def _log(message):
+    print(f"[venvs] {message}", file=sys.stderr, flush=True)
+
+
+def pip_find_links():
+    """pip's configured find-links (a local wheel folder on these machines)."""
+    result = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "list"],
+        capture_output=True, text=True)
+    links = []
+    for line in result.stdout.splitlines():
+        key, _, value = line.partition("=")
+        if key.strip().endswith("find-links"):
+            links.extend(value.strip().strip("'\"").split())
+    return [link for link in links if os.path.isdir(link)]
+
+
+def _create(path, base_python):
+    if os.path.exists(path):
+        shutil.rmtree(path)
+    subprocess.run([base_python, "-m", "venv", path], check=True)
+
+
+def uv_binary():
+    """The pinned uv installer, itself installed by hash into .venvs/uv."""
+    stamp = wanted_stamp("uv")
+    path = venv_path("uv")
+    if not is_current("uv", stamp):
+        _log("installing the pinned uv installer")
+        _create(path, sys.executable)
+        subprocess.run(
+            [os.path.join(path, "bin", "python"), "-m", "pip", "install",
+             "--quiet", "--require-hashes", "--no-deps", "-r", lock_path("uv")],
+            check=True)
+        _write_stamp(path, stamp)
+    return os.path.join(path, "bin", "uv")
+
+
+def _write_stamp(path, stamp):
+    tmp = os.path.join(path, STAMP + ".tmp")
+    with open(tmp, "w") as f:
+        f.write(stamp + "\n")
+    os.replace(tmp, os.path.join(path, STAMP))
+
+
+def ensure(name, base_python=sys.executable):
+    """Returns the venv's python, building the venv first if its lock changed."""
+    if not os.path.exists(lock_path(name)):
+        raise SystemExit(f"no lock file {lock_path(name)}")
+    path = venv_path(name)
+    python = os.path.join(path, "bin", "python3")
+    stamp = wanted_stamp(name, base_python)
+    if is_current(name, stamp):
+        return python
+    _log(f"building .venvs/{name} from {os.path.relpath(lock_path(name), ROOT)}")
+    uv = uv_binary()
+    _create(path, base_python)
+    command = [uv, "pip", "install", "--python", python, "--require-hashes",
+               "--no-deps", "-r", lock_path(name)]
+    find_links = pip_find_links()
+    if find_links:
+        for link in find_links:
+            command += ["--find-links", link]
+    else:
+        command += ["--extra-index-url", TORCH_CPU_INDEX,
+                    "--index-strategy", "unsafe-best-match"]
+    subprocess.run(command, check=True)
+    _write_stamp(path, stamp)
+    _log(f".venvs/{name} is ready")
+    return python
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="+", help="universes, e.g. train serve")
+    args = parser.parse_args(argv)
+    for name in args.names:
+        print(ensure(name))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,92 @@
+"""The fine-tuning hyperparameters, the one source both training stacks read.
+
+Values are the reference recipe's (arXiv 2605.25645, see RECIPE.md): LoRA r=64,
+alpha=64, dropout 0.05 on a bf16 base; AdamW (weight decay 0.001) with a linear
+warmup to 1e-4 over 100 steps and cosine decay to 0; effective batch 8; the
+first 10,000 CodeV-R1 rows, one epoch, shuffle seed 42, 3072 tokens.
+
+Machine configs (training/{tpu,gpu}/configs/*.py) start from `reference()` and
+change only what the machine dictates (mesh, per-device batch); the CPU default
+configs shrink the run through `tiny()`.
+"""
+
+from ml_collections import config_dict
+
+# LoRA targets in Hugging Face module names. The TPU stack maps them to Tunix
+# names through conversion/names.py (q_einsum, kv_einsum and the K = V global
+# layers' k_einsum, attn_vec_einsum, ...), so both stacks train the same set.
+LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj",
+                       "gate_proj", "up_proj", "down_proj")
+
+
+def reference():
+    """The reference recipe, for Gemma 4 31B on CodeV-R1."""
+    c = config_dict.ConfigDict()
+    c.seed = 0
+
+    c.lora = config_dict.ConfigDict()
+    c.lora.rank = 64
+    c.lora.alpha = 64.0
+    c.lora.dropout = 0.05
+    c.lora.target_modules = LORA_TARGET_MODULES
+
+    c.optimizer = config_dict.ConfigDict()
+    c.optimizer.learning_rate = 1e-4
+    c.optimizer.weight_decay = 0.001
+    # Library defaults of both Optax and torch AdamW.
+    c.optimizer.b1 = 0.9
+    c.optimizer.b2 = 0.999
+    c.optimizer.eps = 1e-8
+    # Global-norm clipping; 0 disables it, as in the reference.
+    c.optimizer.max_grad_norm = 0.0
+    c.optimizer.warmup_steps = 100
+    # Cosine decay from the peak to `end_learning_rate` at the last step.
+    c.optimizer.end_learning_rate = 0.0
+
+    c.batch = config_dict.ConfigDict()
+    # Sequences per optimizer step, over all devices and accumulation steps.
+    c.batch.effective_size = 8
+    # Sequences per data-parallel replica per forward/backward pass.
+    c.batch.per_device_size = 1
+
+    c.data = config_dict.ConfigDict()
+    c.data.dataset = "zhuyaoyu/CodeV-R1-dataset"
+    c.data.data_file = "codev_r1_sft.jsonl"
+    c.data.max_rows = 10_000
+    c.data.shuffle_seed = 42
+    c.data.max_seq_len = 3072
+    c.data.epochs = 1
+
+    c.remat = True
+    c.checkpoint_every_steps = 100
+    c.checkpoints_to_keep = 3
+    return c
+
+
+def tiny(c):
+    """Shrinks `c` in place for the CPU default runs: minutes on a laptop."""
+    c.lora.rank = 8
+    c.lora.alpha = 16.0
+    c.optimizer.learning_rate = 3e-3
+    c.optimizer.warmup_steps = 3
+    c.batch.effective_size = 8
+    c.data.max_rows = 64
+    c.data.max_seq_len = 256
+    c.checkpoint_every_steps = 4
+    c.checkpoints_to_keep = 2
+    return c
+
+
+def gradient_accumulation_steps(batch, data_parallel_size):
+    """Micro-steps per optimizer step, the same arithmetic on both stacks.
+
+    effective = per_device x accumulation x data-parallel replicas; a config
+    whose effective batch does not split that way is rejected.
+    """
+    per_step = batch.per_device_size * data_parallel_size
+    if per_step <= 0 or batch.effective_size % per_step:
+        raise ValueError(
+            f"effective batch {batch.effective_size} is not a multiple of "
+            f"per-device batch {batch.per_device_size} x {data_parallel_size} "
+            "data-parallel replicas")
+    return batch.effective_size // per_step

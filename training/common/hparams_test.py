@@ -1,0 +1,33 @@
+from absl.testing import absltest
+
+from training.common import hparams
+
+
+class HparamsTest(absltest.TestCase):
+
+    def test_reference_values(self):
+        c = hparams.reference()
+        self.assertEqual((c.lora.rank, c.lora.alpha, c.lora.dropout), (64, 64.0, 0.05))
+        self.assertEqual(c.optimizer.learning_rate, 1e-4)
+        self.assertEqual(c.optimizer.weight_decay, 0.001)
+        self.assertEqual(c.optimizer.warmup_steps, 100)
+        self.assertEqual(c.batch.effective_size, 8)
+        self.assertEqual((c.data.max_rows, c.data.shuffle_seed, c.data.max_seq_len),
+                         (10_000, 42, 3072))
+        self.assertEqual(len(c.lora.target_modules), 7)
+
+    def test_accumulation_matches_reference_meshes(self):
+        c = hparams.reference()
+        # v5p-8 (fsdp=1: one data-parallel replica): 1 x 8 x 1.
+        self.assertEqual(hparams.gradient_accumulation_steps(c.batch, 1), 8)
+        # 2 x H100 FSDP (two replicas): 1 x 4 x 2.
+        self.assertEqual(hparams.gradient_accumulation_steps(c.batch, 2), 4)
+
+    def test_indivisible_batch_is_rejected(self):
+        c = hparams.reference()
+        with self.assertRaisesRegex(ValueError, "not a multiple"):
+            hparams.gradient_accumulation_steps(c.batch, 3)
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -1,0 +1,10 @@
+"""Gemma 4 31B LoRA SFT on a v5p-16 slice: 2 hosts x 4 chips, fsdp=2 x tp=4."""
+
+from training.tpu.configs import v5p8
+
+
+def get_config():
+    c = v5p8.get_config()
+    c.mesh.fsdp = 2
+    c.mesh.tp = 4
+    return c

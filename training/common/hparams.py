@@ -12,6 +12,8 @@ configs shrink the run through `tiny()`.
 
 from ml_collections import config_dict
 
+from data import pipeline
+
 # LoRA targets in Hugging Face module names. The TPU stack maps them to Tunix
 # names through conversion/names.py (q_einsum, kv_einsum and the K = V global
 # layers' k_einsum, attn_vec_einsum, ...), so both stacks train the same set.
@@ -49,13 +51,8 @@ def reference():
     # Sequences per data-parallel replica per forward/backward pass.
     c.batch.per_device_size = 1
 
-    c.data = config_dict.ConfigDict()
-    c.data.dataset = "zhuyaoyu/CodeV-R1-dataset"
-    c.data.data_file = "codev_r1_sft.jsonl"
-    c.data.max_rows = 10_000
-    c.data.shuffle_seed = 42
-    c.data.max_seq_len = 3072
-    c.data.epochs = 1
+    # The data fields are the data package's (source, policies, length, packing).
+    c.data = pipeline.default_config()
 
     c.remat = True
     c.checkpoint_every_steps = 100
@@ -70,7 +67,8 @@ def tiny(c):
     c.optimizer.learning_rate = 3e-3
     c.optimizer.warmup_steps = 3
     c.batch.effective_size = 8
-    c.data.max_rows = 64
+    c.data.source = "sample"
+    c.data.max_rows = 0
     c.data.max_seq_len = 256
     c.checkpoint_every_steps = 4
     c.checkpoints_to_keep = 2

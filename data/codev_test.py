@@ -1,0 +1,106 @@
+import os
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from absl.testing import absltest
+
+from data import codev
+from data import testing
+
+
+class ReadRowsTest(absltest.TestCase):
+
+    def test_malformed_rows_are_skipped_with_reason_and_row_number(self):
+        lines = [
+            testing.record(),                                   # 1 ok
+            "{not json",                                        # 2
+            {"system": "", "prompt": "p"},                      # 3 no response
+            testing.record(prompt=7),                           # 4
+            testing.record(response="   "),                     # 5
+            "[1, 2]",                                           # 6 not an object
+            testing.record(system=None),                        # 7
+            testing.record(),                                   # 8 ok
+        ]
+        path = testing.write_jsonl(self.create_tempdir().full_path, lines)
+        items = list(codev.read_rows(path))
+        self.assertLen(items, 8)
+        self.assertEqual([i.number for i in items if isinstance(i, codev.Row)], [1, 8])
+        skips = {i.number: (i.reason, i.detail) for i in items if isinstance(i, codev.Skip)}
+        self.assertEqual(skips[2][0], codev.INVALID_JSON)
+        self.assertEqual(skips[3], (codev.MISSING_FIELD, "response"))
+        self.assertEqual(skips[4], (codev.NOT_A_STRING, "prompt"))
+        self.assertEqual(skips[5], (codev.EMPTY, "response"))
+        self.assertEqual(skips[6][0], codev.INVALID_JSON)
+        self.assertEqual(skips[7], (codev.MISSING_FIELD, "system"))
+
+    def test_first_n_rows(self):
+        path = testing.write_jsonl(self.create_tempdir().full_path, [testing.record()] * 10)
+        self.assertLen(list(codev.read_rows(path, max_rows=4)), 4)
+
+    def test_parquet(self):
+        directory = self.create_tempdir().full_path
+        rows = [testing.record(), testing.record(response="")]
+        path = os.path.join(directory, "rows.parquet")
+        pq.write_table(pa.Table.from_pylist(rows), path)
+        items = list(codev.read_rows(path))
+        self.assertIsInstance(items[0], codev.Row)
+        self.assertEqual((items[1].number, items[1].reason), (2, codev.EMPTY))
+
+    def test_parquet_missing_column_is_one_clear_error(self):
+        path = os.path.join(self.create_tempdir().full_path, "rows.parquet")
+        pq.write_table(pa.Table.from_pylist([{"prompt": "p", "answer": "a"}]), path)
+        with self.assertRaisesRegex(codev.DataError, "no column.*system, response"):
+            list(codev.read_rows(path))
+
+    def test_unreadable_source(self):
+        with self.assertRaisesRegex(codev.DataError, "neither a file"):
+            list(codev.read_rows("/no/such/file.jsonl"))
+        corrupt = os.path.join(self.create_tempdir().full_path, "bad.parquet")
+        with open(corrupt, "wb") as f:
+            f.write(b"not parquet at all")
+        with self.assertRaisesRegex(codev.DataError, "bad.parquet"):
+            list(codev.read_rows(corrupt))
+
+    def test_sample_is_readable(self):
+        items = list(codev.read_rows(codev.SAMPLE))
+        self.assertGreaterEqual(len(items), 32)
+        self.assertTrue(all(isinstance(i, codev.Row) for i in items))
+
+
+class ResponseTest(absltest.TestCase):
+
+    def test_split(self):
+        reasoning, answer = codev.split_response(testing.GOOD_RESPONSE)
+        self.assertEqual(reasoning, "An inverter is one assign.")
+        self.assertTrue(answer.startswith("Here it is."))
+        self.assertTrue(answer.endswith("```"))
+        self.assertNotIn("<answer>", answer)
+
+    def test_no_think_block(self):
+        self.assertEqual(codev.split_response(testing.CODE), ("", testing.CODE))
+
+    def test_malformed(self):
+        cases = {
+            "<think>never closed " + testing.CODE: codev.UNCLOSED_THINK,
+            "<think>x</think>\n<answer>  </answer>": codev.EMPTY,
+            "<think>x</think>\n<answer>Just prose, no design.</answer>": codev.NO_CODE,
+        }
+        for response, reason in cases.items():
+            with self.assertRaisesRegex(ValueError, f"^{reason}$"):
+                codev.split_response(response)
+
+    def test_policies(self):
+        row = codev.Row(1, "Be terse.", "Write inv.", testing.GOOD_RESPONSE)
+        stripped = codev.to_messages(row)
+        self.assertEqual([m["role"] for m in stripped], ["user", "assistant"])
+        self.assertNotIn("inverter is one assign", stripped[-1]["content"])
+        kept = codev.to_messages(row, "keep_thinking", "keep")
+        self.assertEqual([m["role"] for m in kept], ["system", "user", "assistant"])
+        self.assertTrue(kept[-1]["content"].startswith(
+            "<|channel>thought\nAn inverter is one assign.<channel|>Here it is."))
+        with self.assertRaisesRegex(ValueError, "unknown response policy"):
+            codev.to_messages(row, "keep_everything")
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -1,0 +1,60 @@
+import json
+import os
+import subprocess
+import sys
+
+from absl.testing import absltest
+
+from data import testing
+
+
+def _run(*args):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.run([sys.executable, "-m", "data.inspect_data", *args], env=env,
+                          capture_output=True, text=True)
+
+
+class InspectTest(absltest.TestCase):
+
+    def test_sample_with_json(self):
+        out = os.path.join(self.create_tempdir().full_path, "figures.json")
+        result = _run("--input=sample", "--max_seq_len=1024", f"--output_json={out}")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        with open(out) as f:
+            figures = json.load(f)
+        self.assertGreaterEqual(figures["rows_read"], 32)
+        self.assertEqual(figures["kept"] + sum(figures["dropped"].values()), figures["rows_read"])
+        self.assertGreater(figures["trained_fraction"], 0)
+        self.assertLessEqual(figures["token_length"]["p50"], figures["token_length"]["max"])
+        fractions = figures["non_padding_fraction"]
+        self.assertGreater(fractions["packing"], fractions["padding"])
+        self.assertIn("rows read", result.stdout)
+        self.assertIn("non-padding", result.stdout)
+
+    def test_drops_are_reported_by_reason_and_row(self):
+        source = testing.write_jsonl(self.create_tempdir().full_path, [
+            testing.record(), "{broken", testing.record(response="")])
+        out = os.path.join(self.create_tempdir().full_path, "figures.json")
+        result = _run(f"--input={source}", f"--output_json={out}")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        with open(out) as f:
+            figures = json.load(f)
+        self.assertEqual((figures["rows_read"], figures["kept"]), (3, 1))
+        self.assertEqual(figures["dropped"], {"invalid_json": 1, "empty": 1})
+        self.assertEqual(figures["dropped_rows"], {"invalid_json": [2], "empty": [3]})
+        self.assertRegex(result.stdout, r"invalid_json\s+1\s+\(rows 2\)")
+
+    def test_fails_loudly_when_nothing_is_trained(self):
+        source = testing.write_jsonl(self.create_tempdir().full_path, ["{broken", "[]"])
+        result = _run(f"--input={source}")
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("no token would be trained", result.stderr)
+
+    def test_missing_file_is_one_clear_error(self):
+        result = _run("--input=/no/such/rows.jsonl")
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("neither a file", result.stderr)
+
+
+if __name__ == "__main__":
+    absltest.main()

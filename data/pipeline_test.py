@@ -1,0 +1,100 @@
+import numpy as np
+from absl.testing import absltest
+
+from data import codev
+from data import pipeline
+from data import testing
+from data import tokenizer as tokenizer_lib
+
+
+def _config(source, **overrides):
+    config = pipeline.default_config()
+    config.source = source
+    config.max_rows = 0
+    config.max_seq_len = 512
+    config.update(overrides)
+    return config
+
+
+class PipelineTest(absltest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.tokenizer = tokenizer_lib.build_tokenizer()
+
+    def _source(self, lines):
+        return testing.write_jsonl(self.create_tempdir().full_path, lines)
+
+    def test_rows_are_kept_or_dropped_by_reason(self):
+        long_prompt = "Describe every gate. " * 400
+        source = self._source([
+            testing.record(),
+            "{broken",
+            testing.record(response="<think>unclosed " + testing.CODE),
+            testing.record(response="<think>x</think><answer>no design here</answer>"),
+            testing.record(prompt=long_prompt),
+            testing.record(response=""),
+            testing.record(),
+        ])
+        examples, report = pipeline.encode_rows(
+            codev.read_rows(source), pipeline.encoder_for(self.tokenizer, _config(source)),
+            _config(source))
+        self.assertEqual(report.rows_read, 7)
+        self.assertEqual(report.kept, 2)
+        self.assertLen(examples, 2)
+        self.assertEqual(dict(report.dropped), {
+            codev.INVALID_JSON: 1, codev.UNCLOSED_THINK: 1, codev.NO_CODE: 1,
+            codev.TOO_LONG: 1, codev.EMPTY: 1})
+        self.assertEqual(report.dropped_rows[codev.TOO_LONG], [5])
+        self.assertEqual(report.trained_tokens, sum(int(e.loss_mask.sum()) for e in examples))
+        self.assertEqual(report.total_tokens, sum(len(e) for e in examples))
+
+    def test_truncate_keeps_long_rows_cut_to_length(self):
+        source = self._source([testing.record(response=(
+            "<think>t</think><answer>" + testing.CODE + "\n// filler" * 600 + "</answer>"))])
+        config = _config(source, long_rows="truncate", max_seq_len=64)
+        examples, report = pipeline.encode_rows(
+            codev.read_rows(source), pipeline.encoder_for(self.tokenizer, config), config)
+        self.assertEqual(report.kept, 1)
+        self.assertLen(examples[0], 64)
+        self.assertTrue(examples[0].loss_mask.any())
+
+    def test_truncation_that_leaves_nothing_to_train_drops_the_row(self):
+        source = self._source([testing.record(prompt="Explain. " * 300)])
+        config = _config(source, long_rows="truncate", max_seq_len=64)
+        _, report = pipeline.encode_rows(
+            codev.read_rows(source), pipeline.encoder_for(self.tokenizer, config), config)
+        self.assertEqual(dict(report.dropped), {codev.TOO_LONG: 1})
+
+    def test_no_trained_token_fails_loudly(self):
+        source = self._source(["{broken"] * 3)
+        with self.assertRaisesRegex(codev.DataError, "no token to train on: 3 rows read"):
+            pipeline.prepare(_config(source), self.tokenizer)
+
+    def test_prepare_sample(self):
+        for packing in (False, True):
+            prepared = pipeline.prepare(
+                _config(codev.SAMPLE, packing=packing), self.tokenizer)
+            sequences = prepared.sequences
+            self.assertEqual(sequences["input_ids"].shape[1], 512)
+            self.assertEqual(int(sequences["loss_mask"].sum()), prepared.report.trained_tokens)
+            self.assertEqual(int((sequences["segment_ids"] > 0).sum()),
+                             prepared.report.total_tokens)
+
+    def test_shuffle_is_seeded(self):
+        items = list(range(50))
+        self.assertEqual(pipeline.shuffled(items, 42), pipeline.shuffled(items, 42))
+        self.assertNotEqual(pipeline.shuffled(items, 42), pipeline.shuffled(items, 43))
+        self.assertCountEqual(pipeline.shuffled(items, 42), items)
+        two = pipeline.shuffled(items, 42, epochs=2)
+        self.assertCountEqual(two[:50], items)
+        self.assertNotEqual(two[:50], two[50:])
+
+    def test_percentiles(self):
+        figures = pipeline.length_percentiles(list(range(1, 101)))
+        self.assertEqual(figures, {"p50": 50, "p99": 99, "max": 100})
+
+
+if __name__ == "__main__":
+    absltest.main()

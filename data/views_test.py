@@ -1,0 +1,71 @@
+import numpy as np
+from absl.testing import absltest
+
+from data import codev
+from data import packing
+from data import pipeline
+from data import tokenizer as tokenizer_lib
+from data import views
+
+BATCH = 4
+
+
+class ViewsTest(absltest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        tokenizer = tokenizer_lib.build_tokenizer()
+        cls.prepared = {}
+        for packed in (False, True):
+            config = pipeline.default_config()
+            config.source = codev.SAMPLE
+            config.max_rows = 0
+            config.max_seq_len = 384
+            config.packing = packed
+            cls.prepared[packed] = pipeline.prepare(config, tokenizer).sequences
+
+    def test_grain_and_hf_views_yield_identical_batches(self):
+        for packed, sequences in self.prepared.items():
+            with self.subTest(packed=packed):
+                grain_batches = list(views.grain_batches(sequences, BATCH))
+                dataset = views.hf_dataset(sequences)
+                self.assertLen(grain_batches, len(dataset) // BATCH)
+                for step, batch in enumerate(grain_batches):
+                    hf = views.collate([dataset[i] for i in range(step * BATCH, (step + 1) * BATCH)])
+                    np.testing.assert_array_equal(batch["input_ids"], hf["input_ids"].numpy())
+                    np.testing.assert_array_equal(batch["loss_mask"], hf["completion_mask"].numpy())
+                    np.testing.assert_array_equal(batch["segment_ids"], hf["segment_ids"].numpy())
+                    np.testing.assert_array_equal(batch["positions"], hf["position_ids"].numpy())
+                    labels = hf["labels"].numpy()
+                    trained = batch["loss_mask"] == 1
+                    np.testing.assert_array_equal(labels[trained], batch["input_ids"][trained])
+                    self.assertTrue((labels[~trained] == views.IGNORE_INDEX).all())
+
+    def test_process_slices_concatenate_to_the_global_batch(self):
+        sequences = self.prepared[True]
+        whole = list(views.grain_batches(sequences, BATCH))
+        parts = [list(views.grain_batches(sequences, BATCH, p, 2)) for p in range(2)]
+        for step, batch in enumerate(whole):
+            for name in packing.FIELDS:
+                np.testing.assert_array_equal(
+                    batch[name], np.concatenate([parts[0][step][name], parts[1][step][name]]))
+
+    def test_iterator_state_restores_the_position(self):
+        dataset = views.grain_batches(self.prepared[False], BATCH).to_iter_dataset()
+        iterator = iter(dataset)
+        next(iterator)
+        state = iterator.get_state()
+        expected = [next(iterator)["input_ids"] for _ in range(2)]
+        restored = iter(dataset)
+        restored.set_state(state)
+        for want in expected:
+            np.testing.assert_array_equal(next(restored)["input_ids"], want)
+
+    def test_indivisible_process_split(self):
+        with self.assertRaisesRegex(ValueError, "does not split over 3 processes"):
+            views.grain_batches(self.prepared[False], BATCH, 0, 3)
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -64,12 +64,14 @@ def tiny(c):
     """Shrinks `c` in place for the CPU default runs: minutes on a laptop."""
     c.lora.rank = 8
     c.lora.alpha = 16.0
-    c.optimizer.learning_rate = 3e-3
+    c.optimizer.learning_rate = 1e-2
     c.optimizer.warmup_steps = 3
     c.batch.effective_size = 8
     c.data.source = "sample"
     c.data.max_rows = 0
-    c.data.max_seq_len = 256
+    c.data.max_seq_len = 512
+    c.data.epochs = 4
+    c.data.packing = True
     c.checkpoint_every_steps = 4
     c.checkpoints_to_keep = 2
     return c

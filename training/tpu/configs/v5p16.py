@@ -1,4 +1,7 @@
-"""Gemma 4 31B LoRA SFT on a v5p-16 slice: 2 hosts x 4 chips, fsdp=2 x tp=4."""
+"""Gemma 4 31B LoRA SFT on a v5p-16 slice: 2 hosts x 4 chips, fsdp=2 x tp=4.
+
+Launch the same command on both hosts; JAX finds its peers (`distributed.auto`).
+"""
 
 from training.tpu.configs import v5p8
 
@@ -6,5 +9,6 @@ from training.tpu.configs import v5p8
 def get_config():
     c = v5p8.get_config()
     c.mesh.fsdp = 2
-    c.mesh.tp = 4
+    c.distributed.auto = True
+    c.hardware.dollars_per_hour = 2 * 16.80
     return c

@@ -1,0 +1,87 @@
+"""Finding and checking the base model a run starts from (both stacks).
+
+`model.name` in a training config is one of:
+  * `tiny-random-gemma4`: the CPU default; a tiny random Gemma 4 (and the
+    embedded tokenizer) written once into the run directory, so that resuming,
+    exporting and serving the run all see the same base;
+  * a local Hugging Face directory (config.json + safetensors);
+  * a Hub id such as `google/gemma-4-31B-it`, downloaded on the training VM.
+Checks that need no weights (config, files listed by the index, readable
+shard headers) run here, before any long work.
+"""
+
+import json
+import os
+
+TINY = "tiny-random-gemma4"
+_HUB_PATTERNS = ["*.json", "*.safetensors", "tokenizer*", "*.jinja", "*.model"]
+
+
+class BaseModelError(Exception):
+    """A base model that cannot be used; the message names the file."""
+
+
+def resolve(name, run_dir, seed=0):
+    """A local directory for the base model `name` (see module docstring)."""
+    if name == TINY:
+        path = os.path.join(run_dir, "base_model")
+        if not os.path.exists(os.path.join(path, "config.json")):
+            from data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
+            from training.common import tiny_model  # pylint: disable=import-outside-toplevel
+            tmp = path + ".tmp"
+            tiny_model.save_tiny_model(tmp, tokenizer_lib.build_tokenizer(), seed=seed)
+            os.replace(tmp, path)
+        return path
+    if os.path.isdir(name):
+        return os.path.abspath(name)
+    if name.count("/") == 1 and not name.startswith((".", "/")):
+        from huggingface_hub import snapshot_download  # pylint: disable=import-outside-toplevel
+        try:
+            return snapshot_download(name, allow_patterns=_HUB_PATTERNS)
+        except Exception as e:  # network, auth, missing repo alike
+            raise BaseModelError(f"cannot download base model {name}: {e}") from e
+    raise BaseModelError(f"base model {name!r} is neither {TINY!r}, a directory, nor a Hub id")
+
+
+def read_config(model_dir):
+    path = os.path.join(model_dir, "config.json")
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise BaseModelError(f"{model_dir} has no config.json: not a Hugging Face model") from None
+    except json.JSONDecodeError as e:
+        raise BaseModelError(f"{path} is not valid JSON: {e}") from None
+
+
+def safetensors_files(model_dir):
+    """{tensor name: file} for the model's safetensors, checking every file opens."""
+    from safetensors import safe_open  # pylint: disable=import-outside-toplevel
+    index_path = os.path.join(model_dir, "model.safetensors.index.json")
+    if os.path.exists(index_path):
+        with open(index_path) as f:
+            weight_map = json.load(f)["weight_map"]
+        files = sorted(set(weight_map.values()))
+    else:
+        single = os.path.join(model_dir, "model.safetensors")
+        if not os.path.exists(single):
+            raise BaseModelError(f"{model_dir} has neither model.safetensors nor "
+                                 "model.safetensors.index.json")
+        files, weight_map = ["model.safetensors"], None
+    names = {}
+    for file in files:
+        path = os.path.join(model_dir, file)
+        if not os.path.exists(path):
+            raise BaseModelError(f"missing shard {path} (listed in the index)")
+        try:
+            with safe_open(path, "np") as f:
+                keys = list(f.keys())
+        except Exception as e:  # safetensors raises its own error type for bad files
+            raise BaseModelError(f"cannot read {path}: {e} (truncated or corrupt?)") from e
+        names.update({key: file for key in keys})
+    if weight_map is not None:
+        absent = sorted(set(weight_map) - set(names))
+        if absent:
+            raise BaseModelError(f"tensors listed in the index but absent from their shard: "
+                                 f"{absent[:5]}")
+    return {name: os.path.join(model_dir, file) for name, file in names.items()}

@@ -1,0 +1,64 @@
+"""Orbax checkpoints of a TPU run: LoRA factors, optimizer state, step, data position.
+
+Layout under RUN_DIR/checkpoints/STEP/:
+  lora/       the LoRA factors (an nnx State; conversion reads it without a model)
+  optimizer/  the Optax state
+  data/       the Grain iterator state, one JSON file per JAX process
+  meta/       step, LoRA rank/alpha/targets and the base model's fingerprint,
+              checked on resume so that a checkpoint of another run is refused
+Saves are asynchronous where Orbax allows; the manager keeps the newest K.
+"""
+
+import jax
+import orbax.checkpoint as ocp
+from grain import checkpoint as grain_checkpoint
+
+
+class CheckpointMismatch(ValueError):
+    """A checkpoint made with another model, LoRA rank or targets."""
+
+
+def manager(directory, keep, every_steps):
+    options = ocp.CheckpointManagerOptions(
+        max_to_keep=keep, save_interval_steps=every_steps, enable_async_checkpointing=True,
+        create=True)
+    return ocp.CheckpointManager(directory, options=options)
+
+
+def save(checkpoints, step, lora, opt_state, data_iterator, meta, force=False):
+    return checkpoints.save(step, args=ocp.args.Composite(
+        lora=ocp.args.StandardSave(lora),
+        optimizer=ocp.args.StandardSave(opt_state),
+        data=grain_checkpoint.CheckpointSave(data_iterator),
+        meta=ocp.args.JsonSave(meta)), force=force)
+
+
+def _abstract(tree):
+    return jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
+
+
+def check_meta(saved, expected, where):
+    for key, value in expected.items():
+        if key != "step" and saved.get(key) != value:
+            raise CheckpointMismatch(
+                f"checkpoint {where} was made with {key}={saved.get(key)!r}, this run has "
+                f"{value!r}; use another --workdir or the original config")
+
+
+def restore_latest(checkpoints, lora, opt_state, data_iterator, expected_meta):
+    """(step, lora, opt_state) from the newest checkpoint, or None when there is none.
+
+    `lora` and `opt_state` give the structure, shapes and shardings to restore
+    into; `data_iterator` is moved to the saved position in place.
+    """
+    step = checkpoints.latest_step()
+    if step is None:
+        return None
+    meta = checkpoints.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+    check_meta(meta, expected_meta, f"{checkpoints.directory}/{step}")
+    restored = checkpoints.restore(step, args=ocp.args.Composite(
+        lora=ocp.args.StandardRestore(_abstract(lora)),
+        optimizer=ocp.args.StandardRestore(_abstract(opt_state)),
+        data=grain_checkpoint.CheckpointRestore(data_iterator)))
+    return step, restored["lora"], restored["optimizer"]

@@ -1,0 +1,168 @@
+"""Tunix Gemma 4 from a Hugging Face checkpoint, sharded on the mesh, with Qwix LoRA.
+
+Weights stream tensor by tensor from the safetensors shards through the one
+name/shape map (conversion/gemma4_map.py) straight into their final sharding,
+so a host never holds more than one tensor beyond its own shards. Every Tunix
+parameter must be filled and every text-model tensor used; vision-tower
+tensors of multimodal checkpoints are skipped.
+
+LoRA: Qwix adds `*_lora_a` / `*_lora_b` factors to the target einsums and
+kernels. Its dropout draws keys from an `nnx.Rngs` stream, which Tunix's
+per-layer remat (nnx.remat without graph updates) forbids from advancing; each
+LoRA module therefore gets its own stream that returns a fixed key, and the
+trainer sets those keys from (seed, step, micro-step) before every forward pass.
+Dropout is thus deterministic, identical in remat's recomputation, and needs
+no RNG state in checkpoints.
+"""
+
+import re
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import qwix
+from flax import nnx
+from safetensors import safe_open
+from tunix.models.gemma4 import model as gemma4
+
+from conversion import gemma4_map
+from training.common import base_model
+
+_SKIPPED_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.", "model.embed_vision.",
+                     "model.audio_tower.", "model.embed_audio.")
+DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+
+
+def tunix_config(dims, dtype="bfloat16", remat=True):
+    types = tuple(gemma4.AttentionType.GLOBAL if t == gemma4_map.GLOBAL
+                  else gemma4.AttentionType.LOCAL_SLIDING for t in dims.layer_types)
+    return gemma4.ModelConfig(
+        num_layers=dims.num_layers, num_embed=dims.vocab, embed_dim=dims.embed,
+        hidden_dim=dims.mlp, num_heads=dims.heads, head_dim=dims.head_dim,
+        num_kv_heads=dims.kv_heads, num_global_kv_heads=dims.global_kv_heads,
+        global_key_size=dims.global_head_dim, k_eq_v_global=dims.k_eq_v_global,
+        attention_pattern=types, sliding_window_size=dims.sliding_window,
+        final_logit_softcap=dims.final_logit_softcap,
+        local_base_frequency=dims.local_rope_theta, global_base_frequency=dims.global_rope_theta,
+        global_rope_proportion=dims.global_rope_proportion,
+        use_sliding_window_kv_cache=False,
+        # Remat is switched on after Qwix has created the LoRA factors: factors
+        # created inside nnx.remat would not survive it (see enable_remat).
+        remat_config=gemma4.RematConfig.NONE,
+        param_dtype=DTYPES[dtype], dtype=DTYPES[dtype])
+
+
+def _flat_path(path):
+    return tuple(int(p) if p.isdigit() else p for p in path.split("."))
+
+
+def _skipped(name):
+    return name.startswith(_SKIPPED_PREFIXES)
+
+
+def _normalize(name):
+    """HF names of multimodal checkpoints (model.language_model.*) -> text names."""
+    stripped = gemma4_map.strip_prefix(name)
+    return name if stripped == name else "model." + stripped
+
+
+def load_base(model_dir, dims, mesh, dtype="bfloat16"):
+    """The Tunix model with the checkpoint's weights, each placed in its sharding."""
+    files = {}
+    for name, path in base_model.safetensors_files(model_dir).items():
+        if not _skipped(name):
+            files[_normalize(name)] = (name, path)
+    names = gemma4_map.base_names(dims)
+    unknown = sorted(set(files) - set(names))
+    if unknown:
+        raise gemma4_map.MappingError(
+            f"{len(unknown)} checkpoint tensors have no place in the model, e.g. {unknown[:3]}: "
+            "is config.json the checkpoint's own?")
+    missing = sorted(set(names) - set(files))
+    if missing:
+        raise gemma4_map.MappingError(f"the checkpoint lacks {len(missing)} tensors, e.g. "
+                                      f"{missing[:3]}")
+
+    config = tunix_config(dims, dtype)
+    with jax.set_mesh(mesh):
+        abstract = nnx.eval_shape(lambda: gemma4.Gemma4(config, rngs=nnx.Rngs(0)))
+        graphdef, state = nnx.split(abstract)
+        shardings = dict(nnx.to_flat_state(nnx.get_named_sharding(state, mesh)))
+    flat = dict(nnx.to_flat_state(state))
+    handles = {}
+
+    def read(name):
+        original, path = files[name]
+        if path not in handles:
+            handles[path] = safe_open(path, "np")
+        return handles[path].get_tensor(original)
+
+    done = set()
+    for name, tunix_path in names.items():
+        path = _flat_path(tunix_path)
+        if path in done:
+            continue
+        tensors = {name: read(name)}
+        if tunix_path.endswith("kv_einsum.w"):
+            for proj in ("k_proj", "v_proj"):
+                other = re.sub(r"[kv]_proj", proj, name)
+                tensors.setdefault(other, read(other))
+        value = gemma4_map.hf_to_tunix(dims, name, tensors).astype(DTYPES[dtype])
+        variable = flat[path]
+        if tuple(value.shape) != tuple(variable.shape):
+            raise gemma4_map.MappingError(f"{name} -> {tunix_path}: shape {value.shape}, the "
+                                          f"model expects {variable.shape}")
+        sharding = shardings[path].get_value()
+        variable.set_value(jax.make_array_from_callback(
+            value.shape, sharding, lambda index, v=value: np.asarray(v[index])))
+        done.add(path)
+    return nnx.merge(graphdef, nnx.from_flat_state(flat))
+
+
+class _FixedKeyStream(nnx.RngStream):
+    """An RNG stream that returns its key without advancing (see module docstring)."""
+
+    def __call__(self):
+        return self.key[...]
+
+
+def lora_module_regex(target_modules):
+    modules = gemma4_map.tunix_lora_modules(target_modules)
+    return r".*\b(" + "|".join(modules) + r")$"
+
+
+def add_lora(model, lora_config, seed, mesh):
+    """Applies Qwix LoRA to `model`; returns the new model (the input is unchanged)."""
+    provider = qwix.LoraProvider(
+        module_path=lora_module_regex(lora_config.target_modules),
+        rank=lora_config.rank, alpha=float(lora_config.alpha), dropout=lora_config.dropout)
+    with jax.set_mesh(mesh):
+        lora_model = qwix.apply_lora_to_model(
+            model, provider, **model.get_model_input(),
+            rngs=nnx.Rngs(params=seed, dropout=seed))
+    if not nnx.to_flat_state(nnx.state(lora_model, nnx.LoRAParam)):
+        raise ValueError(f"no LoRA factor was created for targets {lora_config.target_modules}")
+    if lora_config.dropout > 0:
+        for _, module in lora_model.iter_modules():
+            if any(hasattr(module, f"{w}_lora_a") for w in ("w", "kernel")):
+                rngs = nnx.Rngs(dropout=0)
+                rngs.dropout = _FixedKeyStream(jax.random.key(0), tag="dropout")
+                module.qwix_rngs = rngs
+    return lora_model
+
+
+def enable_remat(model, remat):
+    """Rematerializes every decoder layer in the backward pass (Tunix's DECODER remat)."""
+    model.config.remat_config = gemma4.RematConfig.DECODER if remat else gemma4.RematConfig.NONE
+
+
+def dropout_keys(rng_state, key):
+    """`rng_state` with every dropout key replaced by a distinct fold of `key`."""
+    leaves, treedef = jax.tree.flatten(rng_state)
+    new = []
+    for i, leaf in enumerate(leaves):
+        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            new.append(jax.random.fold_in(key, i))
+        else:
+            new.append(leaf)
+    return jax.tree.unflatten(treedef, new)

@@ -1,0 +1,72 @@
+import os
+
+import jax.numpy as jnp
+import numpy as np
+import torch
+import transformers
+from absl.testing import absltest
+from absl.testing import parameterized
+
+from training.tpu import testing  # sets up 8 CPU devices first
+# pylint: disable=wrong-import-order
+from conversion import gemma4_map
+from training.common import base_model
+from training.tpu import model as model_lib
+from training.tpu import train_step
+
+# Every size distinct where the architecture allows, so a swapped axis fails.
+CONFIGS = {
+    "k_eq_v_global": {},
+    "separate_kv_global": dict(attention_k_eq_v=False, num_global_key_value_heads=2,
+                               num_key_value_heads=4, num_attention_heads=8),
+    "other_head_dims": dict(head_dim=32, global_head_dim=96, num_key_value_heads=2,
+                            num_global_key_value_heads=1, hidden_size=72),
+}
+
+
+class LoadTest(parameterized.TestCase):
+
+    @parameterized.named_parameters(*CONFIGS.items())
+    def test_tunix_logits_match_transformers(self, overrides):
+        path, dims = testing.tiny_checkpoint(self.create_tempdir().full_path, **overrides)
+        mesh = testing.mesh(1, 1)
+        model = model_lib.load_base(path, dims, mesh, "float32")
+        hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
+        # Longer than the sliding window (16), two segments packed in row 0.
+        ids = np.random.default_rng(0).integers(10, 1000, size=(2, 40))
+        with torch.no_grad():
+            want = hf(torch.tensor(ids)).logits.numpy()
+        segments = np.ones((2, 40), np.int32)
+        positions = np.tile(np.arange(40), (2, 1))
+        got, _ = model(jnp.asarray(ids), jnp.asarray(positions), None,
+                       train_step.attention_mask(jnp.asarray(segments)))
+        self.assertLess(float(np.abs(np.asarray(got) - want).max()), 1e-4)
+
+    def test_missing_tensor_and_bad_shapes_are_named(self):
+        directory = self.create_tempdir().full_path
+        path, dims = testing.tiny_checkpoint(directory)
+        from safetensors.numpy import load_file, save_file  # pylint: disable=import-outside-toplevel
+        tensors = load_file(os.path.join(path, "model.safetensors"))
+        broken = dict(tensors)
+        del broken["model.layers.2.mlp.up_proj.weight"]
+        save_file(broken, os.path.join(path, "model.safetensors"))
+        with self.assertRaisesRegex(gemma4_map.MappingError, "layers.2.mlp.up_proj"):
+            model_lib.load_base(path, dims, testing.mesh(1, 1), "float32")
+        broken = dict(tensors)
+        broken["model.layers.1.self_attn.q_proj.weight"] = np.zeros((8, 8), np.float32)
+        save_file(broken, os.path.join(path, "model.safetensors"))
+        with self.assertRaisesRegex(gemma4_map.MappingError,
+                                    r"layers.1.self_attn.q_proj.weight: shape \(8, 8\)"):
+            model_lib.load_base(path, dims, testing.mesh(1, 1), "float32")
+
+    def test_truncated_shard_is_named(self):
+        path, dims = testing.tiny_checkpoint(self.create_tempdir().full_path)
+        file = os.path.join(path, "model.safetensors")
+        with open(file, "r+b") as f:
+            f.truncate(os.path.getsize(file) // 2)
+        with self.assertRaisesRegex(base_model.BaseModelError, "model.safetensors"):
+            model_lib.load_base(path, dims, testing.mesh(1, 1), "float32")
+
+
+if __name__ == "__main__":
+    absltest.main()

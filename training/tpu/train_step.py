@@ -1,0 +1,87 @@
+"""One optimizer step over an effective batch, jitted once with explicit shardings.
+
+The batch arrives as [accumulation, micro-batch, T] arrays (data/packing.py's
+fields), and `lax.scan` walks the micro-batches, summing gradients. The loss
+is the cross-entropy summed over trained tokens divided by the trained tokens
+of the *whole effective batch*, the definition both stacks share (RECIPE.md:
+Tunix's default averaged per-micro-batch means instead).
+
+Attention never crosses segments: a token attends to earlier tokens of its own
+segment only, and padding (segment 0) to nothing; positions restart per segment.
+"""
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from training.tpu import model as model_lib
+
+
+def attention_mask(segment_ids):
+    """[B, T] segment ids -> [B, T, T] causal, same-segment, non-padding mask."""
+    length = segment_ids.shape[-1]
+    causal = jnp.tril(jnp.ones((length, length), dtype=bool))
+    same = segment_ids[:, :, None] == segment_ids[:, None, :]
+    return causal[None] & same & (segment_ids[:, None, :] > 0)
+
+
+def loss_sum(model, batch):
+    """Summed cross-entropy over the trained tokens of one micro-batch."""
+    logits, _ = model(batch["input_ids"], batch["positions"], None,
+                      attention_mask(batch["segment_ids"]))
+    losses = optax.softmax_cross_entropy_with_integer_labels(
+        logits[:, :-1].astype(jnp.float32), batch["input_ids"][:, 1:])
+    return jnp.sum(losses * batch["loss_mask"][:, 1:])
+
+
+@dataclasses.dataclass(frozen=True)
+class StepFunctions:
+    train: object  # (lora, opt_state, base, rngs, batch, key) -> (lora, opt_state, metrics)
+    loss: object  # (lora, base, rngs, batch, key) -> summed loss / trained tokens
+
+
+def make_step(graphdef, optimizer, *, lora_shardings, opt_shardings, batch_sharding):
+    """The jitted train step (donating LoRA and optimizer state) and an eval twin."""
+
+    def accumulate(lora, base, rngs, batch, key):
+        trained = jnp.sum(batch["loss_mask"][:, :, 1:]).astype(jnp.float32)
+        denominator = jnp.maximum(trained, 1.0)
+
+        def micro_step(grads, inputs):
+            micro_batch, index = inputs
+            micro_rngs = model_lib.dropout_keys(rngs, jax.random.fold_in(key, index))
+
+            def loss_fn(lora):
+                model = nnx.merge(graphdef, lora, micro_rngs, base)
+                return loss_sum(model, micro_batch) / denominator
+
+            loss, micro_grads = jax.value_and_grad(loss_fn)(lora)
+            return jax.tree.map(jnp.add, grads, micro_grads), loss
+
+        steps = batch["input_ids"].shape[0]
+        zeros = jax.tree.map(jnp.zeros_like, lora)
+        grads, losses = jax.lax.scan(micro_step, zeros, (batch, jnp.arange(steps)))
+        return jnp.sum(losses), grads, trained
+
+    def train(lora, opt_state, base, rngs, batch, key):
+        loss, grads, trained = accumulate(lora, base, rngs, batch, key)
+        updates, opt_state = optimizer.update(grads, opt_state, lora)
+        lora = optax.apply_updates(lora, updates)
+        metrics = {"loss": loss, "grad_norm": optax.global_norm(grads),
+                   "trained_tokens": trained,
+                   "tokens": jnp.sum(batch["segment_ids"] > 0).astype(jnp.float32)}
+        return lora, opt_state, metrics
+
+    def loss(lora, base, rngs, batch, key):
+        return accumulate(lora, base, rngs, batch, key)[0]
+
+    replicated = jax.sharding.NamedSharding(batch_sharding.mesh, jax.sharding.PartitionSpec())
+    train_jit = jax.jit(
+        train,
+        in_shardings=(lora_shardings, opt_shardings, None, None, batch_sharding, replicated),
+        out_shardings=(lora_shardings, opt_shardings, replicated),
+        donate_argnums=(0, 1))
+    return StepFunctions(train=train_jit, loss=jax.jit(loss))

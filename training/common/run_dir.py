@@ -39,7 +39,7 @@ def prepare(path):
     """Creates the run directory, failing early and clearly if it is not writable."""
     try:
         os.makedirs(os.path.join(path, CHECKPOINTS), exist_ok=True)
-        probe = os.path.join(path, ".write_probe")
+        probe = os.path.join(path, f".write_probe.{os.getpid()}")
         with open(probe, "w") as f:
             f.write("ok")
         os.remove(probe)

@@ -109,8 +109,8 @@ def hbm_estimate(dims, mesh, *, seq_len, micro_batch, base_bytes, lora_rank, tun
     """Bytes per chip by component: base weights, LoRA, optimizer state, activations.
 
     A planning figure, not a measurement: weights and LoRA are split over all
-    chips; Adam keeps two moments (fp32) and the gradients one copy of the
-    LoRA factors; with remat every layer keeps its input (B x T x D) and one
+    chips (LoRA factors in float32); Adam keeps two float32 moments and the
+    gradients one copy of the LoRA factors; with remat every layer keeps its input (B x T x D) and one
     layer at a time holds its attention scores (fp32, heads split over tp)
     and MLP activations; the fp32 logits are split over tp. Plus 10% for
     XLA's workspace.
@@ -128,7 +128,7 @@ def hbm_estimate(dims, mesh, *, seq_len, micro_batch, base_bytes, lora_rank, tun
     logits = 2 * tokens * dims.vocab * 4 / mesh.tp
     parts = {
         "base_weights": parameter_count(dims) * base_bytes / chips,
-        "lora": lora * base_bytes / chips,
+        "lora": lora * 4 / chips,  # float32 factors
         "gradients": lora * 4 / chips,
         "optimizer_state": 2 * lora * 4 / chips,
         "activations": activations + logits,

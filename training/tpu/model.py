@@ -1,10 +1,12 @@
 """Tunix Gemma 4 from a Hugging Face checkpoint, sharded on the mesh, with Qwix LoRA.
 
-Weights stream tensor by tensor from the safetensors shards through the one
-name/shape map (conversion/gemma4_map.py) straight into their final sharding,
-so a host never holds more than one tensor beyond its own shards. Every Tunix
-parameter must be filled and every text-model tensor used; vision-tower
-tensors of multimodal checkpoints are skipped.
+The model is built abstractly (shapes and shardings only, Qwix's LoRA factors
+included), then every array is created directly in its final sharding: base
+weights stream tensor by tensor from the safetensors shards through the one
+name/shape map (conversion/gemma4_map.py), so a host never holds more than one
+tensor beyond its own shards. Every Tunix parameter must be filled and every
+text-model tensor used; vision-tower tensors of multimodal checkpoints are
+skipped.
 
 LoRA: Qwix adds `*_lora_a` / `*_lora_b` factors to the target einsums and
 kernels. Its dropout draws keys from an `nnx.Rngs` stream, which Tunix's
@@ -27,13 +29,14 @@ from tunix.models.gemma4 import model as gemma4
 
 from conversion import gemma4_map
 from training.common import base_model
+from training.tpu import sharding as sharding_lib
 
 _SKIPPED_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.", "model.embed_vision.",
                      "model.audio_tower.", "model.embed_audio.")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
 
 
-def tunix_config(dims, dtype="bfloat16", remat=True):
+def tunix_config(dims, dtype="bfloat16"):
     types = tuple(gemma4.AttentionType.GLOBAL if t == gemma4_map.GLOBAL
                   else gemma4.AttentionType.LOCAL_SLIDING for t in dims.layer_types)
     return gemma4.ModelConfig(
@@ -66,8 +69,8 @@ def _normalize(name):
     return name if stripped == name else "model." + stripped
 
 
-def load_base(model_dir, dims, mesh, dtype="bfloat16"):
-    """The Tunix model with the checkpoint's weights, each placed in its sharding."""
+def _checkpoint_tensors(model_dir, dims):
+    """{HF name: (name in the file, file)}, checked against the map both ways."""
     files = {}
     for name, path in base_model.safetensors_files(model_dir).items():
         if not _skipped(name):
@@ -82,41 +85,7 @@ def load_base(model_dir, dims, mesh, dtype="bfloat16"):
     if missing:
         raise gemma4_map.MappingError(f"the checkpoint lacks {len(missing)} tensors, e.g. "
                                       f"{missing[:3]}")
-
-    config = tunix_config(dims, dtype)
-    with jax.set_mesh(mesh):
-        abstract = nnx.eval_shape(lambda: gemma4.Gemma4(config, rngs=nnx.Rngs(0)))
-        graphdef, state = nnx.split(abstract)
-        shardings = dict(nnx.to_flat_state(nnx.get_named_sharding(state, mesh)))
-    flat = dict(nnx.to_flat_state(state))
-    handles = {}
-
-    def read(name):
-        original, path = files[name]
-        if path not in handles:
-            handles[path] = safe_open(path, "np")
-        return handles[path].get_tensor(original)
-
-    done = set()
-    for name, tunix_path in names.items():
-        path = _flat_path(tunix_path)
-        if path in done:
-            continue
-        tensors = {name: read(name)}
-        if tunix_path.endswith("kv_einsum.w"):
-            for proj in ("k_proj", "v_proj"):
-                other = re.sub(r"[kv]_proj", proj, name)
-                tensors.setdefault(other, read(other))
-        value = gemma4_map.hf_to_tunix(dims, name, tensors).astype(DTYPES[dtype])
-        variable = flat[path]
-        if tuple(value.shape) != tuple(variable.shape):
-            raise gemma4_map.MappingError(f"{name} -> {tunix_path}: shape {value.shape}, the "
-                                          f"model expects {variable.shape}")
-        sharding = shardings[path].get_value()
-        variable.set_value(jax.make_array_from_callback(
-            value.shape, sharding, lambda index, v=value: np.asarray(v[index])))
-        done.add(path)
-    return nnx.merge(graphdef, nnx.from_flat_state(flat))
+    return files
 
 
 class _FixedKeyStream(nnx.RngStream):
@@ -131,24 +100,110 @@ def lora_module_regex(target_modules):
     return r".*\b(" + "|".join(modules) + r")$"
 
 
-def add_lora(model, lora_config, seed, mesh):
-    """Applies Qwix LoRA to `model`; returns the new model (the input is unchanged)."""
-    provider = qwix.LoraProvider(
+def _lora_provider(lora_config):
+    return qwix.LoraProvider(
         module_path=lora_module_regex(lora_config.target_modules),
         rank=lora_config.rank, alpha=float(lora_config.alpha), dropout=lora_config.dropout)
+
+
+def abstract_model(dims, dtype, lora_config=None):
+    """The model's structure and shapes, with Qwix's LoRA factors, allocating nothing.
+
+    Qwix creates LoRA factors by running the model once; under nnx.eval_shape
+    that run is only traced, so even 31B costs no memory or compute, and the
+    same code works with several JAX processes.
+    """
+    config = tunix_config(dims, dtype)
+
+    def create():
+        model = gemma4.Gemma4(config, rngs=nnx.Rngs(0))
+        if lora_config is None:
+            return model
+        return qwix.apply_lora_to_model(model, _lora_provider(lora_config),
+                                        **model.get_model_input(),
+                                        rngs=nnx.Rngs(params=0, dropout=0))
+
+    return nnx.eval_shape(create)
+
+
+def load(model_dir, dims, mesh, dtype="bfloat16", lora_config=None, seed=0):
+    """The Tunix model with the checkpoint's weights and fresh LoRA factors.
+
+    Every array is created directly in its sharding: base weights from the
+    safetensors shards, LoRA A with Qwix's initializer (He uniform) from keys
+    derived from `seed`, LoRA B zero, so the model starts equal to the base.
+    """
+    files = _checkpoint_tensors(model_dir, dims)
     with jax.set_mesh(mesh):
-        lora_model = qwix.apply_lora_to_model(
-            model, provider, **model.get_model_input(),
-            rngs=nnx.Rngs(params=seed, dropout=seed))
-    if not nnx.to_flat_state(nnx.state(lora_model, nnx.LoRAParam)):
-        raise ValueError(f"no LoRA factor was created for targets {lora_config.target_modules}")
-    if lora_config.dropout > 0:
-        for _, module in lora_model.iter_modules():
-            if any(hasattr(module, f"{w}_lora_a") for w in ("w", "kernel")):
-                rngs = nnx.Rngs(dropout=0)
-                rngs.dropout = _FixedKeyStream(jax.random.key(0), tag="dropout")
-                module.qwix_rngs = rngs
-    return lora_model
+        graphdef, state = nnx.split(abstract_model(dims, dtype, lora_config))
+        shardings = dict(nnx.to_flat_state(nnx.get_named_sharding(state, mesh)))
+    flat = dict(nnx.to_flat_state(state))
+    handles = {}
+
+    def read(name):
+        original, path = files[name]
+        if path not in handles:
+            handles[path] = safe_open(path, "np")
+        return handles[path].get_tensor(original)
+
+    def place(path, value, sharding):
+        flat[path].set_value(jax.make_array_from_callback(
+            value.shape, sharding, lambda index: np.asarray(value[index])))
+
+    done = set()
+    for name, tunix_path in gemma4_map.base_names(dims).items():
+        path = _flat_path(tunix_path)
+        if path in done:
+            continue
+        tensors = {name: read(name)}
+        if tunix_path.endswith("kv_einsum.w"):
+            for proj in ("k_proj", "v_proj"):
+                other = re.sub(r"[kv]_proj", proj, name)
+                tensors.setdefault(other, read(other))
+        value = gemma4_map.hf_to_tunix(dims, name, tensors).astype(DTYPES[dtype])
+        if tuple(value.shape) != tuple(flat[path].shape):
+            raise gemma4_map.MappingError(f"{name} -> {tunix_path}: shape {value.shape}, the "
+                                          f"model expects {flat[path].shape}")
+        place(path, value, shardings[path].get_value())
+        done.add(path)
+
+    lora_init = qwix.LoraRule(module_path=".*", rank=1, alpha=1.0).lora_a_initializer
+    key = jax.random.key(seed)
+    for index, (path, variable) in enumerate(sorted(flat.items(), key=lambda kv: str(kv[0]))):
+        if not isinstance(variable, nnx.LoRAParam):
+            continue
+        # Factors stay float32 on a bf16 base (as PEFT keeps them): bf16 would
+        # round away updates of lr ~1e-4.
+        shape = variable.shape
+        if str(path[-1]).endswith("_lora_a"):
+            value = np.asarray(lora_init(jax.random.fold_in(key, index), shape, jnp.float32))
+        else:
+            value = np.zeros(shape, np.float32)
+        spec = sharding_lib.fit_spec(sharding_lib.declared_spec(variable), shape, mesh)
+        place(path, value, jax.sharding.NamedSharding(mesh, spec))
+        done.add(path)
+
+    unfilled = [".".join(map(str, p)) for p, v in flat.items()
+                if p not in done and isinstance(v, nnx.Param)]
+    if unfilled:
+        raise gemma4_map.MappingError(f"no value for parameters {unfilled[:5]}")
+    model = nnx.merge(graphdef, nnx.from_flat_state(flat))
+    if lora_config is not None and lora_config.dropout > 0:
+        _use_fixed_dropout_keys(model)
+    return model
+
+
+def load_base(model_dir, dims, mesh, dtype="bfloat16"):
+    """The Tunix model with the checkpoint's weights and no LoRA."""
+    return load(model_dir, dims, mesh, dtype)
+
+
+def _use_fixed_dropout_keys(model):
+    for _, module in model.iter_modules():
+        if any(hasattr(module, f"{w}_lora_a") for w in ("w", "kernel")):
+            rngs = nnx.Rngs(dropout=0)
+            rngs.dropout = _FixedKeyStream(jax.random.key(0), tag="dropout")
+            module.qwix_rngs = rngs
 
 
 def enable_remat(model, remat):

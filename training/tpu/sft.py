@@ -28,7 +28,10 @@ def main(argv):
     logging.getLogger("training").setLevel(logging.INFO)
     from training.tpu import trainer  # pylint: disable=import-outside-toplevel
     workdir = config_cli.user_path(_WORKDIR.value)
-    step = trainer.train(_CONFIG.value, workdir)
+    try:
+        step = trainer.train(_CONFIG.value, workdir)
+    except trainer.USER_ERRORS as e:
+        raise SystemExit(f"error: {e}") from None
     print(f"trained to step {step}; run directory {workdir}")
 
 

@@ -43,7 +43,7 @@ def spec_problems(shape, spec, mesh):
     return found
 
 
-def _declared_spec(variable):
+def declared_spec(variable):
     """The axis names Qwix/Tunix attached to a variable (metadata or placement)."""
     metadata = variable.get_metadata()
     for key in ("out_sharding", "sharding", "sharding_names"):
@@ -56,7 +56,7 @@ def _declared_spec(variable):
 def lora_shardings(lora_state, mesh):
     """An nnx State of NamedShardings for a State of LoRA factors."""
     def sharding(variable):
-        spec = fit_spec(_declared_spec(variable), variable.get_value().shape, mesh)
+        spec = fit_spec(declared_spec(variable), variable.get_value().shape, mesh)
         return variable.replace(NamedSharding(mesh, spec))
     return jax.tree.map(sharding, lora_state, is_leaf=lambda x: isinstance(x, nnx.Variable))
 

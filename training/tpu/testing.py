@@ -35,3 +35,29 @@ def mesh(fsdp, tp):
     import numpy as np  # pylint: disable=import-outside-toplevel
     return jax.sharding.Mesh(np.asarray(devices).reshape(fsdp, tp), ("fsdp", "tp"),
                              axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+def cpu_config(**overrides):
+    """The default CPU config (training/tpu/configs/cpu.py), with overrides."""
+    from training.tpu.configs import cpu  # pylint: disable=import-outside-toplevel
+    config = cpu.get_config()
+    config.update_from_flattened_dict(overrides)
+    return config
+
+
+def batch(rng, accumulation, micro_batch, seq_len, vocab, segments_per_row=2):
+    """Random packed micro-batches [accumulation, micro_batch, seq_len] (numpy)."""
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    shape = (accumulation, micro_batch, seq_len)
+    segment_ids = np.zeros(shape, np.int32)
+    positions = np.zeros(shape, np.int32)
+    bounds = np.linspace(0, seq_len - 4, segments_per_row + 1).astype(int)
+    for s in range(segments_per_row):
+        start, end = bounds[s], bounds[s + 1]
+        segment_ids[..., start:end] = s + 1
+        positions[..., start:end] = np.arange(end - start)
+    loss_mask = (rng.random(shape) < 0.5).astype(np.int32) * (segment_ids > 0)
+    loss_mask[..., bounds[:-1]] = 0
+    return {"input_ids": rng.integers(5, vocab, shape).astype(np.int32),
+            "loss_mask": loss_mask.astype(np.int32), "segment_ids": segment_ids,
+            "positions": positions}

@@ -7,7 +7,7 @@ existing checkpoint was made with this model and LoRA shape. Only then are
 weights loaded and XLA compiles the step.
 """
 
-import json
+import dataclasses
 import logging
 import os
 import signal
@@ -35,6 +35,10 @@ from training.tpu import sharding
 from training.tpu import train_step
 
 log = logging.getLogger("training.tpu")
+# Bad input, reported as one line rather than a traceback.
+USER_ERRORS = (run_dir_lib.RunDirError, base_model.BaseModelError, mesh_plan.MeshError,
+               checkpoints_lib.CheckpointMismatch, gemma4_map.MappingError,
+               pipeline.codev.DataError, pipeline.chat.TemplateError)
 _BYTES = {"bfloat16": 2, "float32": 4}
 
 
@@ -101,6 +105,46 @@ def plan(config, dims, num_devices, accumulation):
     return mesh, micro_batch, modules
 
 
+def make_mesh(shape):
+    devices = np.asarray(jax.devices()).reshape(shape.fsdp, shape.tp)
+    return jax.sharding.Mesh(devices, ("fsdp", "tp"),
+                             axis_types=(jax.sharding.AxisType.Auto,) * 2)
+
+
+@dataclasses.dataclass
+class State:
+    """What the loop needs: sharded LoRA and optimizer state, the frozen base, the step."""
+    lora: object
+    opt_state: object
+    base: object
+    rngs: object
+    lora_shardings: object
+    opt_shardings: object
+    batch_sharding: object
+    step: train_step.StepFunctions
+
+
+def build_state(base_dir, dims, mesh, config, total_steps):
+    """Loads the base, adds LoRA, places LoRA and optimizer state, jits the step."""
+    started = time.time()
+    model = model_lib.load(base_dir, dims, mesh, config.model.dtype, config.lora, config.seed)
+    model_lib.enable_remat(model, config.remat)
+    graphdef, lora, rngs, base = nnx.split(model, nnx.LoRAParam, nnx.RngState, ...)
+    log.info("base model loaded and LoRA added in %.1fs: %d LoRA tensors",
+             time.time() - started, len(nnx.to_flat_state(lora)))
+    optimizer = optimizer_lib.make_optimizer(config.optimizer, total_steps)
+    lora_shardings = sharding.lora_shardings(lora, mesh)
+    lora = sharding.place(lora, lora_shardings)
+    opt_shardings = sharding.optimizer_shardings(
+        optimizer, jax.eval_shape(optimizer.init, lora), lora_shardings, mesh)
+    opt_state = jax.jit(optimizer.init, out_shardings=opt_shardings)(lora)
+    batch_sharding = NamedSharding(mesh, P(None, "fsdp", None))
+    step = train_step.make_step(graphdef, optimizer, lora_shardings=lora_shardings,
+                                opt_shardings=opt_shardings, batch_sharding=batch_sharding)
+    return State(lora, opt_state, base, rngs, lora_shardings, opt_shardings, batch_sharding,
+                 step)
+
+
 def _checkpoint_meta(config, fingerprint):
     return {"lora_rank": config.lora.rank, "lora_alpha": float(config.lora.alpha),
             "lora_targets": sorted(config.lora.target_modules), "base_model": fingerprint}
@@ -150,26 +194,9 @@ def train(config, workdir):
              prepared.report.kept, prepared.report.rows_read, dict(prepared.report.dropped),
              len(prepared.sequences["input_ids"]), total_steps)
 
-    devices = np.asarray(jax.devices()).reshape(mesh_shape.fsdp, mesh_shape.tp)
-    mesh = jax.sharding.Mesh(devices, ("fsdp", "tp"),
-                             axis_types=(jax.sharding.AxisType.Auto,) * 2)
-    started = time.time()
-    model = model_lib.load_base(base_dir, dims, mesh, config.model.dtype)
-    model = model_lib.add_lora(model, config.lora, config.seed, mesh)
-    model_lib.enable_remat(model, config.remat)
-    graphdef, lora, rngs, base = nnx.split(model, nnx.LoRAParam, nnx.RngState, ...)
-    log.info("base model loaded and LoRA added in %.1fs: %d LoRA tensors",
-             time.time() - started, len(nnx.to_flat_state(lora)))
-
-    optimizer = optimizer_lib.make_optimizer(config.optimizer, total_steps)
-    lora_shardings = sharding.lora_shardings(lora, mesh)
-    lora = sharding.place(lora, lora_shardings)
-    opt_state = jax.jit(optimizer.init, out_shardings=None)(lora)
-    opt_shardings = sharding.optimizer_shardings(optimizer, opt_state, lora_shardings, mesh)
-    opt_state = sharding.place(opt_state, opt_shardings)
-    batch_sharding = NamedSharding(mesh, P(None, "fsdp", None))
-    step_fns = train_step.make_step(graphdef, optimizer, lora_shardings=lora_shardings,
-                                    opt_shardings=opt_shardings, batch_sharding=batch_sharding)
+    mesh = make_mesh(mesh_shape)
+    state = build_state(base_dir, dims, mesh, config, total_steps)
+    lora, opt_state = state.lora, state.opt_state
 
     data_iterator = iter(micro_batches.to_iter_dataset())
     step = 0
@@ -191,8 +218,8 @@ def train(config, workdir):
                                    "kept": prepared.report.kept,
                                    "dropped": dict(prepared.report.dropped)}})
     return _loop(config, workdir, step, total_steps, accumulation, micro_batch, dims,
-                 lora, opt_state, base, rngs, data_iterator, step_fns, batch_sharding,
-                 checkpoints, meta)
+                 lora, opt_state, state.base, state.rngs, data_iterator, state.step,
+                 state.batch_sharding, checkpoints, meta)
 
 
 def _global_batch(data_iterator, accumulation, micro_batch, batch_sharding):
@@ -255,8 +282,3 @@ def _loop(config, workdir, step, total_steps, accumulation, micro_batch, dims, l
             progress.close()
     return step
 
-
-def describe_result(workdir):
-    metrics = run_dir_lib.read_metrics(workdir)
-    return json.dumps({"steps": len(metrics), "first_loss": metrics[0]["loss"],
-                       "last_loss": metrics[-1]["loss"]})

@@ -1,0 +1,66 @@
+import time
+
+from absl.testing import absltest
+
+from conversion import gemma4_map
+from training.common import hparams
+from training.tpu import mesh_plan
+
+GEMMA4_31B = gemma4_map.Dims(
+    vocab=262144, embed=5376, mlp=21504, heads=32, head_dim=256, kv_heads=16,
+    global_kv_heads=4, global_head_dim=512, k_eq_v_global=True,
+    layer_types=(("sliding_attention",) * 5 + ("full_attention",)) * 10, sliding_window=1024,
+    final_logit_softcap=30.0, local_rope_theta=1e4, global_rope_theta=1e6,
+    global_rope_proportion=0.25)
+TARGETS = gemma4_map.tunix_lora_modules(hparams.LORA_TARGET_MODULES)
+
+
+class MeshPlanTest(absltest.TestCase):
+
+    def test_tp8_on_31b_fails_fast_naming_the_dimension(self):
+        started = time.time()
+        with self.assertRaises(mesh_plan.MeshError) as raised:
+            mesh_plan.check(mesh_plan.Mesh(1, 8), GEMMA4_31B, 8)
+        self.assertLess(time.time() - started, 1.0)
+        message = str(raised.exception)
+        self.assertIn("tp=8 does not divide the global KV heads (4)", message)
+        self.assertIn("Valid meshes for 8 devices: (fsdp=2, tp=4), (fsdp=4, tp=2), "
+                      "(fsdp=8, tp=1)", message)
+
+    def test_reference_meshes_are_valid(self):
+        mesh_plan.check(mesh_plan.Mesh(1, 4), GEMMA4_31B, 4)  # v5p-8
+        mesh_plan.check(mesh_plan.Mesh(2, 4), GEMMA4_31B, 8)  # v5p-16
+
+    def test_device_count_and_batch(self):
+        problems = mesh_plan.problems(mesh_plan.Mesh(2, 4), GEMMA4_31B, 4, batch_per_step=3)
+        self.assertIn("fsdp x tp = 2 x 4 = 8 but there are 4 devices", problems)
+        self.assertIn("fsdp=2 does not divide the 3 sequences of a micro-batch", problems)
+
+    def test_parameter_counts(self):
+        self.assertAlmostEqual(mesh_plan.parameter_count(GEMMA4_31B) / 1e9, 30.7, delta=0.1)
+        # r x (in + out) per LoRA'd projection: q, fused kv or k, o, 3 MLP.
+        self.assertEqual(mesh_plan.lora_parameter_count(GEMMA4_31B, 64, TARGETS), 472_514_560)
+
+    def test_hbm_estimate_and_refusal(self):
+        parts = mesh_plan.hbm_estimate(
+            GEMMA4_31B, mesh_plan.Mesh(1, 4), seq_len=3072, micro_batch=1, base_bytes=2,
+            lora_rank=64, tunix_modules=TARGETS)
+        # The bf16 base split over 4 chips dominates: 30.7e9 x 2 / 4 bytes.
+        self.assertAlmostEqual(parts["base_weights"] / mesh_plan.GIB, 14.29, delta=0.01)
+        self.assertLess(parts["total"], 95.74 * mesh_plan.GIB)
+        mesh_plan.check_fits(parts, 95.74 * mesh_plan.GIB)
+        with self.assertRaisesRegex(mesh_plan.MeshError, "does not fit in HBM"):
+            mesh_plan.check_fits(parts, 16 * mesh_plan.GIB)
+        without_remat = mesh_plan.hbm_estimate(
+            GEMMA4_31B, mesh_plan.Mesh(1, 4), seq_len=3072, micro_batch=1, base_bytes=2,
+            lora_rank=64, tunix_modules=TARGETS, remat=False)
+        self.assertGreater(without_remat["activations"], parts["activations"])
+
+    def test_reference_mfu_is_about_five_percent(self):
+        flops = mesh_plan.flops_per_token(GEMMA4_31B, 3072, 64, TARGETS)
+        # RECIPE.md: 763 tok/s on 4 v5p chips (459 TFLOP/s each) is ~5% MFU.
+        self.assertAlmostEqual(mesh_plan.mfu(763, flops, 4, 459e12), 0.056, delta=0.005)
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -1,0 +1,83 @@
+import jax
+import jax.numpy as jnp
+import numpy as np
+from absl.testing import absltest
+
+from training.tpu import testing  # sets up 8 CPU devices first
+# pylint: disable=wrong-import-order
+from training.tpu import model as model_lib
+from training.tpu import trainer
+from training.tpu import train_step
+
+
+class AttentionMaskTest(absltest.TestCase):
+
+    def test_causal_within_segments_and_nothing_for_padding(self):
+        mask = np.asarray(train_step.attention_mask(jnp.asarray([[1, 1, 2, 2, 0]])))[0]
+        np.testing.assert_array_equal(mask.astype(int), [
+            [1, 0, 0, 0, 0],
+            [1, 1, 0, 0, 0],
+            [0, 0, 1, 0, 0],
+            [0, 0, 1, 1, 0],
+            [0, 0, 0, 0, 0]])
+
+
+class LossTest(absltest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        path, cls.dims = testing.tiny_checkpoint(absltest.get_default_test_tmpdir())
+        cls.mesh = testing.mesh(1, 1)
+        cls.model = model_lib.load_base(path, cls.dims, cls.mesh, "float32")
+
+    def test_packed_segments_lose_exactly_what_separate_rows_lose(self):
+        rng = np.random.default_rng(0)
+        # Both longer than the sliding window (16), so local layers see a cut-off.
+        a, b = rng.integers(5, 1000, 21), rng.integers(5, 1000, 27)
+        length = 64
+
+        def row(pieces):
+            ids = np.zeros(length, np.int32)
+            segments = np.zeros(length, np.int32)
+            positions = np.zeros(length, np.int32)
+            start = 0
+            for number, piece in enumerate(pieces, start=1):
+                ids[start:start + len(piece)] = piece
+                segments[start:start + len(piece)] = number
+                positions[start:start + len(piece)] = np.arange(len(piece))
+                start += len(piece)
+            mask = (segments > 0).astype(np.int32)
+            mask[[0, len(pieces[0])] if len(pieces) > 1 else [0]] = 0
+            return {"input_ids": ids, "segment_ids": segments, "positions": positions,
+                    "loss_mask": mask}
+
+        def loss(rows):
+            batch = {k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]}
+            return float(train_step.loss_sum(self.model, batch))
+
+        packed = loss([row([a, b])])
+        separate = loss([row([a])]) + loss([row([b])])
+        self.assertAlmostEqual(packed, separate, delta=1e-4 * abs(separate))
+
+    def test_loss_is_normalized_over_the_whole_effective_batch(self):
+        config = testing.cpu_config(**{"lora.dropout": 0.0, "mesh.fsdp": 1, "mesh.tp": 1})
+        path, dims = testing.tiny_checkpoint(self.create_tempdir().full_path)
+        state = trainer.build_state(path, dims, self.mesh, config, total_steps=10)
+        rng = np.random.default_rng(1)
+        batch = testing.batch(rng, accumulation=3, micro_batch=2, seq_len=32, vocab=dims.vocab)
+        batch["loss_mask"][1] = 0  # an accumulation step with nothing to train
+        batch["loss_mask"][2, :, 5:9] = 1
+        key = jax.random.key(0)
+        got = float(state.step.loss(state.lora, state.base, state.rngs,
+                                    jax.tree.map(jnp.asarray, batch), key))
+        total = batch["loss_mask"][:, :, 1:].sum()
+        sums = [float(state.step.loss(state.lora, state.base, state.rngs,
+                                      jax.tree.map(lambda x, i=i: jnp.asarray(x[i:i + 1]), batch),
+                                      key)) * max(batch["loss_mask"][i, :, 1:].sum(), 1)
+                for i in range(3)]
+        self.assertAlmostEqual(got, sum(sums) / total, delta=1e-5)
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -1,0 +1,128 @@
+"""The CPU default run end to end: loss falls, exact resume, preemption, bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+from absl.testing import absltest
+
+from training.tpu import checkpoints
+
+STEPS = 4
+_ARGS = (f"--config.max_steps={STEPS}", "--config.checkpoint_every_steps=2",
+         "--config.checkpoints_to_keep=5")
+
+
+def sft(workdir, *extra, wait=True):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    command = [sys.executable, "-m", "training.tpu.sft", f"--workdir={workdir}", *_ARGS, *extra]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    if not wait:
+        return process
+    output, _ = process.communicate(timeout=900)
+    return process.returncode, output
+
+
+def final_lora(workdir, step=STEPS):
+    return checkpoints.read_lora(os.path.join(workdir, "checkpoints", str(step)))
+
+
+def losses(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line)["loss"] for line in f]
+
+
+def wait_for_checkpoint(workdir, step, process, timeout=600):
+    path = os.path.join(workdir, "checkpoints", str(step))
+    deadline = time.time() + timeout
+    while not os.path.isdir(path):
+        if process.poll() is not None or time.time() > deadline:
+            raise AssertionError(f"no checkpoint {step}: {process.communicate()[0][-3000:]}")
+        time.sleep(0.5)
+
+
+class TrainerTest(absltest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.reference = os.path.join(absltest.get_default_test_tmpdir(), "reference")
+        code, cls.output = sft(cls.reference)
+        assert code == 0, cls.output[-5000:]
+
+    def test_loss_falls_and_outputs_are_in_place(self):
+        values = losses(self.reference)
+        self.assertLen(values, STEPS)
+        self.assertLess(values[-1], values[0])
+        for name in ("config.json", "run.json", "tensorboard", "checkpoints", "base_model"):
+            self.assertTrue(os.path.exists(os.path.join(self.reference, name)), name)
+        with open(os.path.join(self.reference, "metrics.jsonl")) as f:
+            record = json.loads(f.readline())
+        for name in ("step", "loss", "learning_rate", "grad_norm", "trained_tokens_per_s",
+                     "tokens_per_s", "step_time_s"):
+            self.assertIn(name, record)
+
+    def test_sigkill_then_rerun_resumes_bit_for_bit(self):
+        workdir = self.create_tempdir().full_path
+        process = sft(workdir, wait=False)
+        wait_for_checkpoint(workdir, 2, process)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        code, output = sft(workdir)
+        self.assertEqual(code, 0, output[-5000:])
+        self.assertIn("resumed from checkpoint at step", output)
+        want, got = final_lora(self.reference), final_lora(workdir)
+        self.assertEqual(sorted(want), sorted(got))
+        for name in want:
+            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+        self.assertEqual(losses(workdir), losses(self.reference))
+
+    def test_sigterm_saves_and_exits_cleanly(self):
+        workdir = self.create_tempdir().full_path
+        process = sft(workdir, "--config.checkpoint_every_steps=100", wait=False)
+        deadline = time.time() + 600
+        while not os.path.exists(os.path.join(workdir, "metrics.jsonl")):
+            self.assertIsNone(process.poll())
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.5)
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=300)
+        self.assertEqual(process.returncode, 0, output[-5000:])
+        self.assertIn("SIGTERM: saved a checkpoint at step", output)
+        saved = [int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit()]
+        self.assertLen(saved, 1)
+        self.assertLess(saved[0], STEPS)
+
+    def test_checkpoint_of_another_lora_rank_is_refused_before_loading(self):
+        started = time.time()
+        code, output = sft(self.reference, "--config.lora.rank=4")
+        self.assertNotEqual(code, 0)
+        self.assertIn("was made with lora_rank=8, this run has 4", output)
+        self.assertNotIn("base model loaded", output)
+        self.assertLess(time.time() - started, 120)
+
+    def test_unwritable_workdir(self):
+        code, output = sft("/proc/no-such-run")
+        self.assertNotEqual(code, 0)
+        self.assertIn("cannot write to the run directory /proc/no-such-run", output)
+
+    def test_corrupt_base_checkpoint(self):
+        base = os.path.join(self.create_tempdir().full_path, "base")
+        import shutil  # pylint: disable=import-outside-toplevel
+        shutil.copytree(os.path.join(self.reference, "base_model"), base)
+        with open(os.path.join(base, "model.safetensors"), "r+b") as f:
+            f.truncate(1000)
+        code, output = sft(self.create_tempdir().full_path, f"--config.model.name={base}")
+        self.assertNotEqual(code, 0)
+        self.assertIn("model.safetensors", output)
+        self.assertIn("truncated or corrupt", output)
+        self.assertNotIn("base model loaded", output)
+
+
+if __name__ == "__main__":
+    absltest.main()

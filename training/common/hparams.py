@@ -31,6 +31,9 @@ def reference():
     c.lora.alpha = 64.0
     c.lora.dropout = 0.05
     c.lora.target_modules = LORA_TARGET_MODULES
+    # Start from these LoRA factors instead of fresh ones: a directory holding
+    # an Orbax `lora/` state (TPU) or a PEFT adapter (GPU). Empty: fresh.
+    c.lora.init_from = ""
 
     c.optimizer = config_dict.ConfigDict()
     c.optimizer.learning_rate = 1e-4

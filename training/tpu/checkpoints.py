@@ -63,22 +63,3 @@ def restore_latest(checkpoints, lora, opt_state, data_iterator, expected_meta):
         data=grain_checkpoint.CheckpointRestore(data_iterator)))
     return step, restored["lora"], restored["optimizer"]
 
-
-def read_lora(step_dir):
-    """{`layers.0.attn.q_einsum.w_lora_a`: numpy array} from a saved step, on any host.
-
-    Needs neither the model nor the devices the run used: conversion and tests
-    read checkpoints of an 8-device run in a 1-device process.
-    """
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    path = f"{step_dir}/lora"
-    checkpointer = ocp.PyTreeCheckpointer()
-    metadata = checkpointer.metadata(path).item_metadata.tree
-    restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), metadata)
-    tree = checkpointer.restore(path, args=ocp.args.PyTreeRestore(restore_args=restore_args))
-    flat = {}
-    for key_path, value in jax.tree_util.tree_leaves_with_path(tree):
-        names = [getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))) for k in key_path]
-        names = [str(n) for n in names if str(n) != "value"]
-        flat[".".join(names)] = np.asarray(value)
-    return flat

@@ -221,3 +221,26 @@ def dropout_keys(rng_state, key):
         else:
             new.append(leaf)
     return jax.tree.unflatten(treedef, new)
+
+
+def lora_names(model):
+    """{flat name: variable} of the model's LoRA factors (`layers.0.attn.q_einsum.w_lora_a`)."""
+    return {".".join(map(str, path)): variable
+            for path, variable in nnx.to_flat_state(nnx.state(model, nnx.LoRAParam))}
+
+
+def set_lora(model, factors):
+    """Replaces the model's LoRA factors by `factors` ({flat name: array}), in place,
+    keeping each factor's sharding; names and shapes must match exactly."""
+    variables = lora_names(model)
+    if set(variables) != set(factors):
+        missing = sorted(set(variables) - set(factors))
+        extra = sorted(set(factors) - set(variables))
+        raise gemma4_map.MappingError(
+            f"LoRA factors do not match the model: missing {missing[:3]}, unexpected {extra[:3]}")
+    for name, variable in variables.items():
+        old = variable.get_value()
+        if tuple(old.shape) != tuple(factors[name].shape):
+            raise gemma4_map.MappingError(f"LoRA factor {name}: shape {factors[name].shape}, "
+                                          f"the model has {old.shape} (another rank?)")
+        variable.set_value(jax.device_put(np.asarray(factors[name], old.dtype), old.sharding))

@@ -21,6 +21,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from conversion import gemma4_map
+from conversion import orbax_lora
 from data import pipeline
 from data import views
 from tools import config_cli
@@ -38,6 +39,7 @@ log = logging.getLogger("training.tpu")
 # Bad input, reported as one line rather than a traceback.
 USER_ERRORS = (run_dir_lib.RunDirError, base_model.BaseModelError, mesh_plan.MeshError,
                checkpoints_lib.CheckpointMismatch, gemma4_map.MappingError,
+               orbax_lora.NoLoraError,
                pipeline.codev.DataError, pipeline.chat.TemplateError)
 _BYTES = {"bfloat16": 2, "float32": 4}
 
@@ -128,6 +130,9 @@ def build_state(base_dir, dims, mesh, config, total_steps):
     """Loads the base, adds LoRA, places LoRA and optimizer state, jits the step."""
     started = time.time()
     model = model_lib.load(base_dir, dims, mesh, config.model.dtype, config.lora, config.seed)
+    if config.lora.init_from:
+        # An Orbax LoRA state: a checkpoint step or //conversion:import_adapter's output.
+        model_lib.set_lora(model, orbax_lora.read(config.lora.init_from))
     model_lib.enable_remat(model, config.remat)
     graphdef, lora, rngs, base = nnx.split(model, nnx.LoRAParam, nnx.RngState, ...)
     log.info("base model loaded and LoRA added in %.1fs: %d LoRA tensors",

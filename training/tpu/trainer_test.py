@@ -10,7 +10,7 @@ import time
 import numpy as np
 from absl.testing import absltest
 
-from training.tpu import checkpoints
+from conversion import orbax_lora
 
 STEPS = 4
 _ARGS = (f"--config.max_steps={STEPS}", "--config.checkpoint_every_steps=2",
@@ -29,7 +29,7 @@ def sft(workdir, *extra, wait=True):
 
 
 def final_lora(workdir, step=STEPS):
-    return checkpoints.read_lora(os.path.join(workdir, "checkpoints", str(step)))
+    return orbax_lora.read(os.path.join(workdir, "checkpoints", str(step)))
 
 
 def losses(workdir):

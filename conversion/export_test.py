@@ -1,0 +1,207 @@
+import json
+import os
+
+import numpy as np
+import torch
+import transformers
+from absl.testing import absltest
+from absl.testing import parameterized
+from safetensors.numpy import load_file
+
+from training.tpu import testing as tpu_testing  # 8 CPU devices first
+# pylint: disable=wrong-import-order
+from conversion import adapter
+from conversion import exporting
+from conversion import gemma4_map
+from conversion import import_adapter
+from conversion import lora_map
+from conversion import merge
+from conversion import orbax_lora
+from conversion import outputs
+from conversion import testing
+from conversion import verify
+from training.common import base_model
+from training.common import run_dir as run_dir_lib
+
+VLLM_TARGETS = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
+CONFIGS = {
+    "k_eq_v_global": {},
+    "separate_kv_global": dict(attention_k_eq_v=False, num_key_value_heads=2),
+    "other_head_dims": dict(head_dim=32, global_head_dim=96, num_key_value_heads=2,
+                            num_global_key_value_heads=1, hidden_size=72),
+}
+
+
+def make_run(directory, sharded=False, **overrides):
+    base, dims = tpu_testing.tiny_checkpoint(directory, **overrides)
+    if sharded:
+        model = transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
+        model.save_pretrained(base, max_shard_size="300KB")
+        os.remove(os.path.join(base, "model.safetensors"))
+    config = tpu_testing.cpu_config()
+    factors = testing.random_factors(dims, config.lora)
+    run = testing.fake_run(os.path.join(directory, "run"), base, config, factors)
+    return run, base, dims, factors, config
+
+
+class ExportTest(parameterized.TestCase):
+
+    @parameterized.named_parameters(*CONFIGS.items())
+    def test_tunix_peft_and_merged_logits_agree(self, overrides):
+        directory = self.create_tempdir().full_path
+        run, base, dims, factors, config = make_run(directory, **overrides)
+        out = os.path.join(directory, "export")
+        written = exporting.export(run, out, progress=False)
+        differences = verify.compare(base, dims, factors, config.lora.alpha,
+                                     written["adapter"], written["merged"])
+        self.assertLess(max(differences.values()), 1e-4, differences)
+        # The LoRA is far from zero: the base alone disagrees visibly.
+        ids = verify.tokens(dims.vocab)
+        plain = verify.hf_logits(base, ids)
+        merged = verify.hf_logits(written["merged"], ids)
+        self.assertGreater(float(np.abs(plain - merged).max()), 1e-2)
+
+    def test_adapter_satisfies_peft_and_vllm(self):
+        directory = self.create_tempdir().full_path
+        run, base, _, factors, config = make_run(directory)
+        out = exporting.export(run, os.path.join(directory, "a"), "peft", progress=False)["adapter"]
+        saved = testing.read_json(os.path.join(out, adapter.CONFIG))
+        self.assertEqual((saved["r"], saved["lora_alpha"], saved["peft_type"]),
+                         (config.lora.rank, config.lora.alpha, "LORA"))
+        self.assertEqual(saved["base_model_name_or_path"], base)
+        self.assertLessEqual(set(saved["target_modules"]), VLLM_TARGETS)
+        self.assertFalse(saved["modules_to_save"])
+        self.assertEqual(saved["bias"], "none")
+        weights = load_file(os.path.join(out, adapter.WEIGHTS))
+        dims = gemma4_map.Dims.from_hf_config(base_model.read_config(base))
+        self.assertEqual(sorted(weights), sorted(lora_map.qwix_to_peft(dims, factors)))
+        from peft import PeftModel  # pylint: disable=import-outside-toplevel
+        model = PeftModel.from_pretrained(
+            transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), out)
+        loaded = {n for n, _ in model.named_parameters() if "lora_" in n}
+        self.assertLen(loaded, len(weights))
+
+    def test_sharded_merge_streams_and_keeps_the_layout(self):
+        directory = self.create_tempdir().full_path
+        run, base, _, _, _ = make_run(directory, sharded=True)
+        shards = sorted(f for f in os.listdir(base) if f.endswith(".safetensors"))
+        self.assertGreater(len(shards), 2)
+        out = exporting.export(run, os.path.join(directory, "m"), "merged",
+                               progress=False)["merged"]
+        self.assertEqual(sorted(f for f in os.listdir(out) if f.endswith(".safetensors")), shards)
+        index = testing.read_json(os.path.join(out, merge.INDEX))
+        self.assertEqual(index, testing.read_json(os.path.join(base, merge.INDEX)))
+        for name in ("config.json", "tokenizer.json", "chat_template.jinja",
+                     "generation_config.json", "provenance.json"):
+            self.assertTrue(os.path.exists(os.path.join(out, name)), name)
+        # W' = W + (alpha / r) B @ A, exactly, in float32.
+        peft = load_file(os.path.join(exporting.export(
+            run, os.path.join(directory, "p"), "peft", progress=False)["adapter"],
+            adapter.WEIGHTS))
+        deltas = merge.weight_deltas(peft)
+        name = "model.layers.1.self_attn.q_proj.weight"
+        files = base_model.safetensors_files(base)
+        before = load_file(files[name])[name]
+        after = load_file(os.path.join(out, os.path.basename(files[name])))[name]
+        a, b = deltas[name]
+        np.testing.assert_allclose(after, before + 2.0 * (b @ a), rtol=1e-6, atol=1e-7)
+
+    def test_provenance(self):
+        directory = self.create_tempdir().full_path
+        run, base, _, _, config = make_run(directory)
+        out = exporting.export(run, os.path.join(directory, "x"), "peft",
+                               progress=False)["adapter"]
+        provenance = testing.read_json(os.path.join(out, "provenance.json"))
+        self.assertEqual(provenance["step"], 10)
+        self.assertEqual(provenance["config"]["lora"]["rank"], config.lora.rank)
+        self.assertEqual(provenance["base_fingerprint"], merge.fingerprint(base))
+        self.assertIn("peft", provenance["versions"])
+
+    def test_atomic_output(self):
+        directory = self.create_tempdir().full_path
+        run, base, _, _, _ = make_run(directory)
+        out = os.path.join(directory, "out")
+        # A failure half-way (a base tensor of the wrong shape) leaves nothing.
+        files = base_model.safetensors_files(base)
+        from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
+        path = files["model.layers.3.mlp.down_proj.weight"]
+        tensors = load_file(path)
+        tensors["model.layers.3.mlp.down_proj.weight"] = np.zeros((3, 3), np.float32)
+        broken = os.path.join(directory, "broken")
+        os.makedirs(broken)
+        for name in os.listdir(base):
+            if name != os.path.basename(path):
+                os.symlink(os.path.join(base, name), os.path.join(broken, name))
+        save_file(tensors, os.path.join(broken, os.path.basename(path)))
+        with self.assertRaisesRegex(merge.MergeError, "layers.3.mlp.down_proj.weight"):
+            exporting.export(run, out, base_model=broken, progress=False)
+        self.assertFalse(os.path.exists(out))
+        self.assertEqual([n for n in os.listdir(directory) if n.startswith(".out")], [])
+        exporting.export(run, out, "peft", progress=False)
+        with self.assertRaises(outputs.OutputExists):
+            exporting.export(run, out, "peft", progress=False)
+        exporting.export(run, out, "merged", overwrite=True, progress=False)
+        self.assertTrue(os.path.exists(os.path.join(out, "config.json")))
+
+    def test_bad_input_is_named(self):
+        directory = self.create_tempdir().full_path
+        run, base, _, _, config = make_run(directory, sharded=True)
+        out = os.path.join(directory, "o")
+        shard = sorted(f for f in os.listdir(base) if f.endswith(".safetensors"))[1]
+        # Missing shard.
+        os.rename(os.path.join(base, shard), os.path.join(directory, shard))
+        with self.assertRaisesRegex(base_model.BaseModelError, f"missing shard .*{shard}"):
+            exporting.export(run, out, progress=False)
+        # Truncated shard.
+        with open(os.path.join(directory, shard), "rb") as f:
+            data = f.read()
+        with open(os.path.join(base, shard), "wb") as f:
+            f.write(data[:len(data) // 3])
+        with self.assertRaisesRegex(base_model.BaseModelError, f"{shard}.*truncated or corrupt"):
+            exporting.export(run, out, progress=False)
+        with open(os.path.join(base, shard), "wb") as f:
+            f.write(data)
+        # A run config whose rank disagrees with the checkpoint.
+        other = config.copy_and_resolve_references()
+        other.lora.rank = 16
+        from tools import config_cli  # pylint: disable=import-outside-toplevel
+        config_cli.write_resolved_config(other, run)
+        with self.assertRaisesRegex(lora_map.LoraMapError, "rank-8 factors but the run's "
+                                    "config says lora.rank=16"):
+            exporting.export(run, out, progress=False)
+        config_cli.write_resolved_config(config, run)
+        # A checkpoint without LoRA.
+        empty = os.path.join(run, run_dir_lib.CHECKPOINTS, "20")
+        os.makedirs(os.path.join(empty, "optimizer"))
+        with self.assertRaisesRegex(orbax_lora.NoLoraError, "20 holds no LoRA state"):
+            exporting.export(run, out, progress=False)
+        self.assertFalse(os.path.exists(out))
+
+    def test_adapter_to_orbax_to_adapter_is_bit_exact(self):
+        directory = self.create_tempdir().full_path
+        run, base, dims, factors, config = make_run(directory)
+        first = exporting.export(run, os.path.join(directory, "a1"), "peft",
+                                 progress=False)["adapter"]
+        imported = import_adapter.import_adapter(first, base, os.path.join(directory, "orbax"))
+        restored = orbax_lora.read(imported)
+        for name, value in factors.items():
+            np.testing.assert_array_equal(restored[name], value, err_msg=name)
+        # The TPU stack loads it: the same logits as the adapter on transformers.
+        ids = verify.tokens(dims.vocab)
+        np.testing.assert_allclose(
+            verify.tunix_logits(base, dims, restored, config.lora.alpha, ids),
+            verify.hf_logits(base, ids, first), atol=1e-4)
+        # ... and exporting it again gives the adapter back, byte for byte.
+        second = testing.fake_run(os.path.join(directory, "run2"), base, config, restored)
+        again = exporting.export(second, os.path.join(directory, "a2"), "peft",
+                                 progress=False)["adapter"]
+        want = load_file(os.path.join(first, adapter.WEIGHTS))
+        got = load_file(os.path.join(again, adapter.WEIGHTS))
+        self.assertEqual(sorted(want), sorted(got))
+        for name in want:
+            self.assertEqual(want[name].tobytes(), got[name].tobytes(), name)
+
+
+
+if __name__ == "__main__":
+    absltest.main()

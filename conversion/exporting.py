@@ -1,0 +1,99 @@
+"""Export of a TPU run's LoRA checkpoint: the library behind //conversion:export.
+
+See conversion/export.py for what is written where.
+"""
+
+import importlib.metadata
+import os
+
+from conversion import adapter
+from conversion import gemma4_map
+from conversion import lora_map
+from conversion import merge as merge_lib
+from conversion import orbax_lora
+from conversion import outputs
+from tools import config_cli
+from training.common import base_model as base_model_lib
+from training.common import run_dir as run_dir_lib
+
+# Bad input, reported as one line.
+USER_ERRORS = (run_dir_lib.RunDirError, base_model_lib.BaseModelError, gemma4_map.MappingError,
+               lora_map.LoraMapError, merge_lib.MergeError, orbax_lora.NoLoraError,
+               outputs.OutputExists, adapter.AdapterError)
+
+
+def checkpoint_dir(run_dir, step=None):
+    root = os.path.join(run_dir, run_dir_lib.CHECKPOINTS)
+    steps = sorted(int(d) for d in os.listdir(root) if d.isdigit()) if os.path.isdir(root) else []
+    if not steps:
+        raise run_dir_lib.RunDirError(f"{run_dir} has no checkpoint")
+    if step is None:
+        step = steps[-1]
+    if step not in steps:
+        raise run_dir_lib.RunDirError(f"{run_dir} has no checkpoint at step {step}; "
+                                      f"it has {steps}")
+    return step, os.path.join(root, str(step))
+
+
+def layer_prefix(base_dir):
+    names = base_model_lib.safetensors_files(base_dir)
+    return "model.language_model." if any(n.startswith("model.language_model.")
+                                          for n in names) else "model."
+
+
+def _versions():
+    names = ("orbax-checkpoint", "safetensors", "torch", "peft", "transformers")
+    return {n: importlib.metadata.version(n) for n in names}
+
+
+def export(run_dir, output_dir, fmt="both", step=None, base_model=None, overwrite=False,
+           progress=True):
+    """Returns the paths written: {"adapter": ..., "merged": ...}."""
+    info = run_dir_lib.read_run_info(run_dir)
+    config = config_cli.read_resolved_config(run_dir)
+    step, step_dir = checkpoint_dir(run_dir, step)
+    base_dir = base_model_lib.resolve(base_model or info["base_model"], run_dir)
+    dims = gemma4_map.Dims.from_hf_config(base_model_lib.read_config(base_dir))
+    qwix = orbax_lora.read(step_dir)
+    rank, alpha = config.lora.rank, float(config.lora.alpha)
+    if lora_map.rank_of(qwix) != rank:
+        raise lora_map.LoraMapError(
+            f"{step_dir} holds rank-{lora_map.rank_of(qwix)} factors but the run's config "
+            f"says lora.rank={rank}")
+    if float(info["lora"]["lora_alpha"]) != alpha:
+        raise lora_map.LoraMapError(f"run.json says lora_alpha={info['lora']['lora_alpha']}, "
+                                    f"config.json says {alpha}")
+    prefix = layer_prefix(base_dir)
+    peft_factors = lora_map.qwix_to_peft(dims, qwix, prefix)
+    name = info.get("model_name", base_dir)
+    # A Hub id names the base for PEFT and vLLM; anything else is the directory.
+    hub_id = name.count("/") == 1 and not os.path.exists(name) and name != base_dir
+    provenance = {"run_dir": os.path.abspath(run_dir), "step": step, "config": config.to_dict(),
+                  "base_model": name if hub_id else base_dir, "base_dir": base_dir,
+                  "base_fingerprint": merge_lib.fingerprint(base_dir), "versions": _versions()}
+    written = {}
+    with outputs.atomic_dir(output_dir, overwrite) as tmp:
+        targets = {"peft": ["adapter"], "merged": ["merged"],
+                   "both": ["adapter", "merged"]}[fmt]
+        for kind in targets:
+            out = tmp if len(targets) == 1 else os.path.join(tmp, kind)
+            os.makedirs(out, exist_ok=True)
+            if kind == "adapter":
+                adapter.write(out, peft_factors, rank=rank, alpha=alpha,
+                              dropout=config.lora.dropout,
+                              modules=lora_map.target_modules_of(peft_factors),
+                              base_model=provenance["base_model"], layer_prefix=prefix)
+            else:
+                bar = None
+                if progress:
+                    from tqdm import tqdm  # pylint: disable=import-outside-toplevel
+                    bar = tqdm(total=merge_lib.total_bytes(base_dir), unit="B",
+                               unit_scale=True, desc="merge")
+                merge_lib.merge(base_dir, out, peft_factors, alpha, bar)
+                if bar is not None:
+                    bar.close()
+            run_dir_lib.write_json(os.path.join(out, "provenance.json"),
+                                   {**provenance, "format": kind})
+            written[kind] = (os.path.abspath(output_dir) if len(targets) == 1
+                             else os.path.join(os.path.abspath(output_dir), kind))
+    return written

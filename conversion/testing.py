@@ -1,0 +1,36 @@
+"""Test helpers of the conversion package: a TPU run directory made without training."""
+
+import json
+import os
+
+import numpy as np
+
+from conversion import orbax_lora
+from tools import config_cli
+from training.common import run_dir as run_dir_lib
+from training.tpu import model as model_lib
+
+
+def random_factors(dims, lora_config, seed=0, scale=0.05):
+    """Qwix LoRA factors for `dims` with non-zero B, shaped as the TPU stack makes them."""
+    shapes = {name: variable.shape for name, variable in
+              model_lib.lora_names(model_lib.abstract_model(dims, "float32", lora_config)).items()}
+    rng = np.random.default_rng(seed)
+    return {name: (scale * rng.standard_normal(shape)).astype(np.float32)
+            for name, shape in sorted(shapes.items())}
+
+
+def fake_run(run_dir, base_dir, config, factors, step=10):
+    """A run directory as //training/tpu:sft leaves it, holding `factors` at `step`."""
+    run_dir_lib.prepare(run_dir)
+    config_cli.write_resolved_config(config, run_dir)
+    run_dir_lib.write_json(os.path.join(run_dir, run_dir_lib.RUN_INFO), {
+        "stack": "tpu", "base_model": base_dir, "model_name": base_dir,
+        "lora": {"lora_rank": config.lora.rank, "lora_alpha": float(config.lora.alpha)}})
+    orbax_lora.write(os.path.join(run_dir, "checkpoints", str(step)), factors)
+    return run_dir
+
+
+def read_json(path):
+    with open(path) as f:
+        return json.load(f)

@@ -2,9 +2,11 @@
 
 For each weight W with factors A, B: W' = W + (alpha / r) * B @ A, computed in
 float32 and cast back to W's dtype. Shards are processed one at a time and
-keep the base's file names and index, so peak memory is about one shard plus
-the LoRA factors, whatever the model size (the reference loaded all 62 GB).
+keep the base's file names and index, whatever the model size (the reference
+loaded all 62 GB into one file).
 Config, generation config, tokenizer and chat template are copied alongside.
+Tensors are read and written one at a time (conversion/safetensors_stream.py),
+so peak memory is about the largest tensor (in fp32) plus the LoRA factors.
 """
 
 import json
@@ -13,9 +15,8 @@ import re
 import shutil
 
 import torch
-from safetensors import safe_open
-from safetensors.torch import save_file
 
+from conversion import safetensors_stream
 from training.common import base_model
 
 INDEX = "model.safetensors.index.json"
@@ -48,34 +49,42 @@ def merge(base_dir, out_dir, peft_factors, alpha, progress=None):
     if absent:
         raise MergeError(f"the base checkpoint has no tensor {absent[0]} "
                          f"(and {len(absent) - 1} more) for the adapter's factors")
-    by_file = {}
-    for name, path in files.items():
-        by_file.setdefault(path, []).append(name)
-    for path in sorted(by_file):
-        merged = {}
-        with safe_open(path, "pt") as shard:
-            metadata = shard.metadata()
-            for name in by_file[path]:
-                tensor = shard.get_tensor(name)
+    for path in sorted(set(files.values())):
+        header, metadata, data_start = safetensors_stream.read_header(path)
+        order = sorted(header, key=lambda n: header[n]["data_offsets"][0])
+        writer = safetensors_stream.Writer(
+            os.path.join(out_dir, os.path.basename(path)),
+            {n: (header[n]["dtype"], header[n]["shape"]) for n in order}, metadata)
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            for name in order:
+                tensor = safetensors_stream.read_tensor(fd, header[name], data_start)
                 if name in deltas:
-                    a, b = (torch.as_tensor(x, dtype=torch.float32) for x in deltas[name])
-                    if (b.shape[0], a.shape[1]) != tuple(tensor.shape):
-                        raise MergeError(
-                            f"{name}: B @ A is {(b.shape[0], a.shape[1])}, the base tensor "
-                            f"is {tuple(tensor.shape)}")
-                    update = (alpha / a.shape[0]) * (b @ a)
-                    tensor = (tensor.to(torch.float32) + update).to(tensor.dtype)
-                merged[name] = tensor.contiguous()
+                    tensor = _merged(name, tensor, deltas[name], alpha)
+                writer.write(name, tensor)
                 if progress is not None:
                     progress.update(tensor.numel() * tensor.element_size())
-        save_file(merged, os.path.join(out_dir, os.path.basename(path)), metadata=metadata)
-        del merged
+                del tensor
+        finally:
+            os.close(fd)
+        writer.close()
     for name in sorted(os.listdir(base_dir)):
         source = os.path.join(base_dir, name)
         if os.path.isfile(source) and not name.endswith(".safetensors") and name != INDEX:
             shutil.copy2(source, os.path.join(out_dir, name))
     if os.path.exists(os.path.join(base_dir, INDEX)):
         shutil.copy2(os.path.join(base_dir, INDEX), os.path.join(out_dir, INDEX))
+
+
+def _merged(name, weight, factors, alpha):
+    a, b = (torch.as_tensor(x, dtype=torch.float32) for x in factors)
+    if (b.shape[0], a.shape[1]) != tuple(weight.shape):
+        raise MergeError(f"{name}: B @ A is {(b.shape[0], a.shape[1])}, the base tensor "
+                         f"is {tuple(weight.shape)}")
+    # One fp32 copy of W, updated in place by the fused B @ A.
+    merged = weight.to(torch.float32)
+    merged.addmm_(b, a, alpha=alpha / a.shape[0])
+    return merged.to(weight.dtype)
 
 
 def total_bytes(base_dir):

@@ -49,20 +49,22 @@ def hf_dataset(sequences):
 
 
 def collate(rows):
-    """Rows of `hf_dataset` -> torch tensors for a causal LM (labels, masks, positions)."""
+    """Rows of `hf_dataset` -> the tensors a transformers causal LM takes.
+
+    `labels` are the input ids where the loss mask is 1 and -100 elsewhere
+    (transformers shifts them by one, as the TPU stack shifts its mask);
+    `attention_mask` is 0 on padding; `position_ids` restart per segment,
+    which is how transformers' varlen (padding-free) attention sees packing.
+    """
     import torch  # pylint: disable=import-outside-toplevel
 
     def stack(name):
         return torch.as_tensor(np.asarray([row[name] for row in rows], np.int64))
 
     input_ids = stack("input_ids")
-    completion_mask = stack("completion_mask")
-    segment_ids = stack("segment_ids")
     return {
         "input_ids": input_ids,
-        "labels": torch.where(completion_mask.bool(), input_ids, IGNORE_INDEX),
-        "completion_mask": completion_mask,
-        "segment_ids": segment_ids,
+        "labels": torch.where(stack("completion_mask").bool(), input_ids, IGNORE_INDEX),
+        "attention_mask": (stack("segment_ids") > 0).long(),
         "position_ids": stack("position_ids"),
-        "attention_mask": (segment_ids > 0).long(),
     }

@@ -32,11 +32,18 @@ class ViewsTest(absltest.TestCase):
                 dataset = views.hf_dataset(sequences)
                 self.assertLen(grain_batches, len(dataset) // BATCH)
                 for step, batch in enumerate(grain_batches):
-                    hf = views.collate([dataset[i] for i in range(step * BATCH, (step + 1) * BATCH)])
+                    rows = [dataset[i] for i in range(step * BATCH, (step + 1) * BATCH)]
+                    for grain_name, hf_name in (("input_ids", "input_ids"),
+                                                ("loss_mask", "completion_mask"),
+                                                ("segment_ids", "segment_ids"),
+                                                ("positions", "position_ids")):
+                        np.testing.assert_array_equal(
+                            batch[grain_name], np.asarray([r[hf_name] for r in rows]))
+                    hf = views.collate(rows)
                     np.testing.assert_array_equal(batch["input_ids"], hf["input_ids"].numpy())
-                    np.testing.assert_array_equal(batch["loss_mask"], hf["completion_mask"].numpy())
-                    np.testing.assert_array_equal(batch["segment_ids"], hf["segment_ids"].numpy())
                     np.testing.assert_array_equal(batch["positions"], hf["position_ids"].numpy())
+                    np.testing.assert_array_equal(batch["segment_ids"] > 0,
+                                                  hf["attention_mask"].numpy() == 1)
                     labels = hf["labels"].numpy()
                     trained = batch["loss_mask"] == 1
                     np.testing.assert_array_equal(labels[trained], batch["input_ids"][trained])

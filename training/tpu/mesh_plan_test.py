@@ -4,6 +4,7 @@ from absl.testing import absltest
 
 from conversion import gemma4_map
 from training.common import hparams
+from training.common import flops
 from training.tpu import mesh_plan
 
 GEMMA4_31B = gemma4_map.Dims(
@@ -37,9 +38,9 @@ class MeshPlanTest(absltest.TestCase):
         self.assertIn("fsdp=2 does not divide the 3 sequences of a micro-batch", problems)
 
     def test_parameter_counts(self):
-        self.assertAlmostEqual(mesh_plan.parameter_count(GEMMA4_31B) / 1e9, 30.7, delta=0.1)
+        self.assertAlmostEqual(flops.parameter_count(GEMMA4_31B) / 1e9, 30.7, delta=0.1)
         # r x (in + out) per LoRA'd projection: q, fused kv or k, o, 3 MLP.
-        self.assertEqual(mesh_plan.lora_parameter_count(GEMMA4_31B, 64, TARGETS), 472_514_560)
+        self.assertEqual(flops.lora_parameter_count(GEMMA4_31B, 64, TARGETS), 472_514_560)
 
     def test_hbm_estimate_and_refusal(self):
         parts = mesh_plan.hbm_estimate(
@@ -57,9 +58,9 @@ class MeshPlanTest(absltest.TestCase):
         self.assertGreater(without_remat["activations"], parts["activations"])
 
     def test_reference_mfu_is_about_five_percent(self):
-        flops = mesh_plan.flops_per_token(GEMMA4_31B, 3072, 64, TARGETS)
+        per_token = flops.flops_per_token(GEMMA4_31B, 3072, 64, TARGETS)
         # RECIPE.md: 763 tok/s on 4 v5p chips (459 TFLOP/s each) is ~5% MFU.
-        self.assertAlmostEqual(mesh_plan.mfu(763, flops, 4, 459e12), 0.056, delta=0.005)
+        self.assertAlmostEqual(flops.mfu(763, per_token, 4, 459e12), 0.056, delta=0.005)
 
 
 if __name__ == "__main__":

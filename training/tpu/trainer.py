@@ -26,6 +26,7 @@ from data import pipeline
 from data import views
 from tools import config_cli
 from training.common import base_model
+from training.common import flops
 from training.common import hparams
 from training.common import run_dir as run_dir_lib
 from training.tpu import checkpoints as checkpoints_lib
@@ -241,7 +242,7 @@ def _loop(config, workdir, step, total_steps, accumulation, micro_batch, dims, l
     writer = run_dir_lib.MetricsWriter(workdir, resume_step=step, enabled=process == 0)
     preemption = _Preemption()
     schedule = optimizer_lib.learning_rate_schedule(config.optimizer, total_steps)
-    flops = mesh_plan.flops_per_token(dims, config.data.max_seq_len, config.lora.rank,
+    flops_per_token = flops.flops_per_token(dims, config.data.max_seq_len, config.lora.rank,
                                       gemma4_map.tunix_lora_modules(config.lora.target_modules))
     peak = config.hardware.peak_tflops_per_chip * 1e12
     seed_key = jax.random.key(config.seed)
@@ -266,8 +267,8 @@ def _loop(config, workdir, step, total_steps, accumulation, micro_batch, dims, l
                 "trained_tokens": int(metrics["trained_tokens"]), "tokens": int(metrics["tokens"]),
                 "trained_tokens_per_s": float(metrics["trained_tokens"]) / elapsed,
                 "tokens_per_s": float(metrics["tokens"]) / elapsed, "step_time_s": elapsed,
-                "mfu": mesh_plan.mfu(float(metrics["tokens"]) / elapsed, flops,
-                                     jax.device_count(), peak)}
+                "mfu": flops.mfu(float(metrics["tokens"]) / elapsed, flops_per_token,
+                                 jax.device_count(), peak)}
             if step % config.log_every == 0 or step == total_steps:
                 writer.write(record)
             if progress is not None:

@@ -1,14 +1,16 @@
-"""Default GPU-stack config: the tiny random Gemma 4 on the sample data, on CPU."""
+"""Default GPU-stack config: the tiny random Gemma 4 on the sample data, on CPU.
 
-from ml_collections import config_dict
+Same hyperparameters and data as training/tpu/configs/cpu.py (both from
+training/common/hparams.py), one process.
+"""
 
 from training.common import hparams
+from training.gpu import config_base
 
 
 def get_config():
-    c = hparams.tiny(hparams.reference())
-    c.model = config_dict.ConfigDict()
-    c.model.name = "tiny-random-gemma4"
-    c.model.dtype = "float32"
-    c.num_processes = 1
+    c = config_base.gpu_config(hparams.tiny(hparams.reference()), model="tiny-random-gemma4",
+                               dtype="float32", num_processes=1, hardware="cpu")
+    # Padding: transformers packs only with varlen attention (flash attention).
+    c.data.packing = False
     return c

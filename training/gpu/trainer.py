@@ -1,0 +1,292 @@
+"""The GPU training run: TRL SFTTrainer + PEFT LoRA (+ FSDP), from the shared recipe.
+
+What makes it comparable number for number with the TPU stack:
+  * the same hyperparameters (training/common/hparams.py) and the same
+    effective batch arithmetic (per-device x accumulation x processes);
+  * the same token ids and loss masks, in the same order: the data package's
+    `datasets.Dataset` view read sequentially, collated into `labels`;
+  * the same loss: transformers divides the summed token loss by the trained
+    tokens of the whole accumulated batch (`num_items_in_batch`), as the TPU
+    step does;
+  * the same schedule (HF's linear warmup + cosine equals
+    training/common/schedule.py) and AdamW (see training/tpu/optimizer.py);
+  * the same LoRA parameters: Tunix fuses K and V of sliding layers into one
+    einsum whose LoRA has one A, so here v_proj's lora_A is tied to k_proj's.
+"""
+
+import logging
+import os
+import signal
+import time
+
+import torch
+import transformers
+from transformers import TrainerCallback
+
+from conversion import gemma4_map
+from data import pipeline
+from data import views
+from tools import config_cli
+from training.common import base_model
+from training.common import flops
+from training.common import hparams
+from training.common import run_dir as run_dir_lib
+
+log = logging.getLogger("training.gpu")
+ADAPTER = "adapter"  # the final PEFT adapter, under the run directory
+USER_ERRORS = (run_dir_lib.RunDirError, base_model.BaseModelError, gemma4_map.MappingError,
+               pipeline.codev.DataError, pipeline.chat.TemplateError)
+
+
+class CheckpointMismatch(ValueError):
+    """A checkpoint made with another LoRA rank, alpha or targets."""
+
+
+def world():
+    return int(os.environ.get("WORLD_SIZE", "1")), int(os.environ.get("RANK", "0"))
+
+
+def lora_target_regex(target_modules):
+    """PEFT target_modules: the language model's projections, never the vision tower."""
+    return r"^(?!.*vision).*\.(" + "|".join(sorted(target_modules)) + r")$"
+
+
+def tie_fused_kv(model, dims):
+    """Ties v_proj's lora_A to k_proj's on layers whose K and V Tunix fuses."""
+    tied = 0
+    for name, module in model.named_modules():
+        if not name.endswith("self_attn") or not hasattr(module, "v_proj"):
+            continue
+        k, v = module.k_proj, module.v_proj
+        if not (hasattr(k, "lora_A") and hasattr(v, "lora_A")):
+            continue
+        for adapter in k.lora_A:
+            v.lora_A[adapter].weight = k.lora_A[adapter].weight
+        tied += 1
+    expected = sum(1 for layer in range(dims.num_layers) if not dims.attention(layer)[2])
+    if tied != expected:
+        raise gemma4_map.MappingError(f"tied k/v LoRA A on {tied} layers, expected {expected}")
+    return tied
+
+
+def check_checkpoints(output_dir, config):
+    """Refuses to resume from checkpoints made with another LoRA shape."""
+    last = transformers.trainer_utils.get_last_checkpoint(output_dir) \
+        if os.path.isdir(output_dir) else None
+    if last is None:
+        return None
+    import json  # pylint: disable=import-outside-toplevel
+    with open(os.path.join(last, "adapter_config.json")) as f:
+        saved = json.load(f)
+    for key, want in (("r", config.lora.rank), ("lora_alpha", float(config.lora.alpha))):
+        if saved.get(key) != want:
+            raise CheckpointMismatch(f"checkpoint {last} was made with {key}={saved.get(key)}, "
+                                     f"this run has {want}; use another --workdir")
+    return last
+
+
+class _RunCallback(TrainerCallback):
+    """Metrics with the TPU stack's names (metrics.jsonl + TensorBoard), and SIGTERM."""
+
+    def __init__(self, workdir, step_tokens, flops_per_token, peak_flops, devices, enabled):
+        self._workdir, self._step_tokens = workdir, step_tokens
+        self._flops, self._peak, self._devices = flops_per_token, peak_flops, devices
+        self._enabled = enabled
+        self._writer = None
+        self._started = None
+        self.preempted = False
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum, frame):
+        del signum, frame
+        self.preempted = True
+
+    def on_train_begin(self, args, state, control, **kwargs):
+        self._writer = run_dir_lib.MetricsWriter(self._workdir, resume_step=state.global_step,
+                                                 enabled=self._enabled)
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        self._started = time.time()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        self._elapsed = time.time() - self._started
+        if self.preempted:
+            control.should_save = True
+            control.should_training_stop = True
+
+    def on_log(self, args, state, control, logs=None, **kwargs):
+        if not logs or "loss" not in logs:
+            return
+        step = state.global_step
+        trained, tokens = self._step_tokens[step - 1]
+        elapsed = getattr(self, "_elapsed", 0.0) or 1e-9
+        self._writer.write({
+            "step": step, "loss": float(logs["loss"]),
+            "learning_rate": float(logs.get("learning_rate", 0.0)),
+            "grad_norm": float(logs["grad_norm"]) if logs.get("grad_norm") is not None else None,
+            "trained_tokens": trained, "tokens": tokens,
+            "trained_tokens_per_s": trained / elapsed, "tokens_per_s": tokens / elapsed,
+            "step_time_s": elapsed,
+            "mfu": flops.mfu(tokens / elapsed, self._flops, self._devices, self._peak)})
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self._writer is not None:
+            self._writer.close()
+
+
+def step_token_counts(sequences, per_step):
+    """(trained tokens, real tokens) of every optimizer step, in the sequential order."""
+    counts = []
+    for start in range(0, len(sequences["input_ids"]) - per_step + 1, per_step):
+        rows = slice(start, start + per_step)
+        counts.append((int(sequences["loss_mask"][rows, 1:].sum()),
+                       int((sequences["segment_ids"][rows] > 0).sum())))
+    return counts
+
+
+def _wait_for(path, timeout=600):
+    deadline = time.time() + timeout
+    while not os.path.exists(path):
+        if time.time() > deadline:
+            raise base_model.BaseModelError(f"timed out waiting for {path}")
+        time.sleep(0.5)
+
+
+def train(config, workdir):
+    """Runs (or resumes) `config` in `workdir`; returns the last optimizer step."""
+    processes, rank = world()
+    if processes != config.num_processes:
+        raise ValueError(f"config.num_processes={config.num_processes} but {processes} "
+                         "processes are running")
+    accumulation = hparams.gradient_accumulation_steps(config.batch, processes)
+    if rank == 0:
+        run_dir_lib.prepare(workdir)
+        config_cli.write_resolved_config(config, workdir)
+        base_dir = base_model.resolve(config.model.name, workdir, seed=config.seed)
+    else:
+        _wait_for(os.path.join(workdir, run_dir_lib.CONFIG))
+        if config.model.name == base_model.TINY:
+            _wait_for(os.path.join(workdir, run_dir_lib.TINY_BASE, "config.json"))
+        base_dir = base_model.resolve(config.model.name, workdir, seed=config.seed)
+    hf_config = base_model.read_config(base_dir)
+    dims = gemma4_map.Dims.from_hf_config(hf_config)
+    base_model.safetensors_files(base_dir)  # every shard opens, or a clear error
+    output_dir = os.path.join(workdir, run_dir_lib.CHECKPOINTS)
+    resume = check_checkpoints(output_dir, config)
+    if config.data.packing and config.model.attn_implementation == "sdpa":
+        raise ValueError("packing on the GPU stack needs varlen attention "
+                         "(config.model.attn_implementation='flash_attention_2')")
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(base_dir)
+    prepared = pipeline.prepare(config.data, tokenizer)
+    dataset = views.hf_dataset(prepared.sequences)
+    per_step = config.batch.per_device_size * accumulation * processes
+    step_tokens = step_token_counts(prepared.sequences, per_step)
+    total_steps = len(step_tokens)
+    if config.max_steps:
+        total_steps = min(total_steps, config.max_steps)
+    if total_steps == 0:
+        raise ValueError(f"{len(dataset)} sequences make no step of {per_step}")
+    log.info("data: %d rows kept of %d read, %d sequences, %d steps of %d x %d x %d",
+             prepared.report.kept, prepared.report.rows_read, len(dataset), total_steps,
+             config.batch.per_device_size, accumulation, processes)
+
+    model = _model(config, base_dir, dims)
+    on_gpu = torch.cuda.is_available()
+    from trl import SFTTrainer  # pylint: disable=import-outside-toplevel
+    args = training_args(config, output_dir, processes, accumulation, total_steps,
+                         on_gpu=torch.cuda.is_available(), rank=rank)
+    lora_modules = gemma4_map.tunix_lora_modules(config.lora.target_modules)
+    callback = _RunCallback(
+        workdir, step_tokens,
+        flops.flops_per_token(dims, config.data.max_seq_len, config.lora.rank, lora_modules),
+        config.hardware.peak_tflops_per_device * 1e12, processes, enabled=rank == 0)
+    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset,
+                         data_collator=views.collate, processing_class=tokenizer,
+                         callbacks=[callback])
+    if rank == 0:
+        run_dir_lib.write_json(os.path.join(workdir, run_dir_lib.RUN_INFO), {
+            "stack": "gpu", "base_model": base_dir, "model_name": config.model.name,
+            "total_steps": total_steps, "accumulation_steps": accumulation,
+            "per_device_batch": config.batch.per_device_size,
+            "effective_batch": per_step, "seq_len": config.data.max_seq_len,
+            "processes": processes, "fsdp": bool(trainer.is_fsdp_enabled),
+            "device_kind": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+            "lora": {"lora_rank": config.lora.rank, "lora_alpha": float(config.lora.alpha),
+                     "lora_targets": sorted(config.lora.target_modules)},
+            "versions": {n: importlib_version(n) for n in
+                         ("torch", "transformers", "trl", "peft", "accelerate")}})
+    if resume:
+        log.info("resuming from %s", resume)
+    trainer.train(resume_from_checkpoint=resume)
+    if callback.preempted:
+        log.warning("SIGTERM: saved a checkpoint at step %d, exiting", trainer.state.global_step)
+    elif rank == 0:
+        trainer.save_model(os.path.join(workdir, ADAPTER))
+    return trainer.state.global_step
+
+
+def training_args(config, output_dir, processes, accumulation, total_steps, on_gpu, rank=0):
+    """The SFTConfig of a run: the recipe's hyperparameters, our data, FSDP when asked.
+
+    FSDP (version 2, one unit per decoder layer, activation checkpointing when
+    config.remat) goes through Accelerate, which applies it on accelerators
+    only; with several CPU processes the same run is plain data parallel.
+    """
+    from trl import SFTConfig  # pylint: disable=import-outside-toplevel
+    fsdp_args = {}
+    if config.fsdp:
+        fsdp_args = dict(fsdp=True, fsdp_config={
+            "version": 2, "transformer_layer_cls_to_wrap": ["Gemma4TextDecoderLayer"],
+            "activation_checkpointing": bool(config.remat), "reshard_after_forward": True})
+    return SFTConfig(
+        output_dir=output_dir, per_device_train_batch_size=config.batch.per_device_size,
+        gradient_accumulation_steps=accumulation, max_steps=total_steps,
+        learning_rate=config.optimizer.learning_rate, lr_scheduler_type="cosine",
+        warmup_steps=config.optimizer.warmup_steps, weight_decay=config.optimizer.weight_decay,
+        adam_beta1=config.optimizer.b1, adam_beta2=config.optimizer.b2,
+        adam_epsilon=config.optimizer.eps, max_grad_norm=config.optimizer.max_grad_norm,
+        logging_steps=config.log_every, save_steps=config.checkpoint_every_steps,
+        save_total_limit=config.checkpoints_to_keep, seed=config.seed, data_seed=config.seed,
+        bf16=config.model.dtype == "bfloat16", use_cpu=not on_gpu,
+        ddp_backend="gloo" if processes > 1 and not on_gpu else None,
+        gradient_checkpointing=bool(config.remat) and not config.fsdp,
+        gradient_checkpointing_kwargs={"use_reentrant": False},
+        train_sampling_strategy="sequential", dataloader_drop_last=True,
+        dataset_kwargs={"skip_prepare_dataset": True}, remove_unused_columns=False,
+        max_length=None, report_to=[], disable_tqdm=rank != 0,
+        average_tokens_across_devices=True, **fsdp_args)
+
+
+def importlib_version(name):
+    import importlib.metadata  # pylint: disable=import-outside-toplevel
+    return importlib.metadata.version(name)
+
+
+def _model(config, base_dir, dims):
+    from peft import LoraConfig  # pylint: disable=import-outside-toplevel
+    from peft import get_peft_model  # pylint: disable=import-outside-toplevel
+    from peft import set_peft_model_state_dict  # pylint: disable=import-outside-toplevel
+    dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16}[config.model.dtype]
+    torch.manual_seed(config.seed)
+    model = transformers.AutoModelForCausalLM.from_pretrained(
+        base_dir, dtype=dtype, attn_implementation=config.model.attn_implementation)
+    lora = LoraConfig(r=config.lora.rank, lora_alpha=config.lora.alpha,
+                      lora_dropout=config.lora.dropout,
+                      target_modules=lora_target_regex(config.lora.target_modules),
+                      bias="none", task_type="CAUSAL_LM")
+    model = get_peft_model(model, lora)
+    tie_fused_kv(model, dims)
+    if config.lora.init_from:
+        # A PEFT adapter directory, e.g. the TPU stack's export (parity tests).
+        from conversion import adapter as adapter_lib  # pylint: disable=import-outside-toplevel
+        factors, saved = adapter_lib.read(config.lora.init_from)
+        if saved["r"] != config.lora.rank:
+            raise CheckpointMismatch(f"{config.lora.init_from} has r={saved['r']}, this run "
+                                     f"has {config.lora.rank}")
+        state = {k: torch.as_tensor(v) for k, v in factors.items()}
+        result = set_peft_model_state_dict(model, state)
+        if getattr(result, "unexpected_keys", None):
+            raise gemma4_map.MappingError(f"unexpected adapter tensors {result.unexpected_keys[:3]}")
+        tie_fused_kv(model, dims)
+    return model

@@ -1,0 +1,106 @@
+"""The GPU stack's CPU default run: loss, outputs, resume, preemption, bad input."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+from absl.testing import absltest
+
+STEPS = 4
+_ARGS = (f"--config.max_steps={STEPS}", "--config.checkpoint_every_steps=2",
+         "--config.checkpoints_to_keep=5")
+
+
+def sft(workdir, *extra, wait=True):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    command = [sys.executable, "-m", "training.gpu.sft", f"--workdir={workdir}", *_ARGS, *extra]
+    process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
+                               stderr=subprocess.STDOUT, text=True)
+    if not wait:
+        return process
+    output, _ = process.communicate(timeout=900)
+    return process.returncode, output
+
+
+def metrics(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
+
+class GpuTrainerTest(absltest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.reference = os.path.join(absltest.get_default_test_tmpdir(), "reference")
+        code, output = sft(cls.reference)
+        assert code == 0, output[-5000:]
+
+    def test_outputs_and_metric_names(self):
+        records = metrics(self.reference)
+        self.assertEqual([r["step"] for r in records], list(range(1, STEPS + 1)))
+        self.assertLess(records[-1]["loss"], records[0]["loss"])
+        for name in ("loss", "learning_rate", "grad_norm", "trained_tokens_per_s",
+                     "tokens_per_s", "step_time_s", "mfu"):
+            self.assertIn(name, records[0])
+        with open(os.path.join(self.reference, "run.json")) as f:
+            info = json.load(f)
+        self.assertEqual((info["stack"], info["effective_batch"], info["accumulation_steps"]),
+                         ("gpu", 8, 8))
+        for name in ("config.json", "tensorboard", "adapter/adapter_config.json",
+                     "checkpoints/checkpoint-2", "checkpoints/checkpoint-4"):
+            self.assertTrue(os.path.exists(os.path.join(self.reference, name)), name)
+
+    def test_sigkill_then_rerun_resumes(self):
+        workdir = self.create_tempdir().full_path
+        process = sft(workdir, wait=False)
+        checkpoint = os.path.join(workdir, "checkpoints", "checkpoint-2", "trainer_state.json")
+        deadline = time.time() + 600
+        while not os.path.exists(checkpoint):
+            self.assertIsNone(process.poll(), process.stdout.read()[-3000:]
+                              if process.poll() is not None else "")
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.5)
+        time.sleep(1)
+        process.send_signal(signal.SIGKILL)
+        process.wait()
+        code, output = sft(workdir)
+        self.assertEqual(code, 0, output[-5000:])
+        self.assertIn("resuming from", output)
+        records = metrics(workdir)
+        self.assertEqual([r["step"] for r in records], list(range(1, STEPS + 1)))
+        for got, want in zip(records, metrics(self.reference)):
+            self.assertAlmostEqual(got["loss"], want["loss"], delta=1e-5 * abs(want["loss"]))
+
+    def test_sigterm_saves_and_exits_cleanly(self):
+        workdir = self.create_tempdir().full_path
+        process = sft(workdir, "--config.checkpoint_every_steps=100", wait=False)
+        deadline = time.time() + 600
+        while not os.path.exists(os.path.join(workdir, "metrics.jsonl")):
+            self.assertIsNone(process.poll())
+            self.assertLess(time.time(), deadline)
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        output, _ = process.communicate(timeout=300)
+        self.assertEqual(process.returncode, 0, output[-5000:])
+        self.assertIn("SIGTERM: saved a checkpoint at step", output)
+        saved = [d for d in os.listdir(os.path.join(workdir, "checkpoints"))
+                 if d.startswith("checkpoint-")]
+        self.assertLen(saved, 1)
+
+    def test_checkpoint_of_another_rank_is_refused(self):
+        code, output = sft(self.reference, "--config.lora.rank=4")
+        self.assertNotEqual(code, 0)
+        self.assertIn("was made with r=8, this run has 4", output)
+
+    def test_unwritable_workdir(self):
+        code, output = sft("/proc/no-such-run")
+        self.assertNotEqual(code, 0)
+        self.assertIn("cannot write to the run directory /proc/no-such-run", output)
+
+
+if __name__ == "__main__":
+    absltest.main()

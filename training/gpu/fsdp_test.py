@@ -47,7 +47,9 @@ class FsdpTest(absltest.TestCase):
         got, want = losses(os.path.join(tmp, "fsdp")), losses(os.path.join(tmp, "single"))
         self.assertLen(got, STEPS)
         for a, b in zip(got, want):
-            self.assertAlmostEqual(a, b, delta=1e-5 * abs(b))
+            self.assertAlmostEqual(a, b, delta=1e-5 * abs(b),
+                                   msg=f"2 processes {got} vs 1 process {want}; log of the "
+                                   f"2-process run:\n{fsdp.stdout[-3000:]}\n{fsdp.stderr[-6000:]}")
 
 
     def test_h100x2_generates_fsdp2_with_activation_checkpointing(self):

@@ -53,7 +53,6 @@ _PEAK = ("print(next(int(l.split()[1]) for l in open('/proc/self/status') "
 
 def build(directory, layers, shard_mb):
     """The synthetic base (bf16 shards + index) and a fake TPU run holding a LoRA."""
-    import numpy as np  # pylint: disable=import-outside-toplevel
     import torch  # pylint: disable=import-outside-toplevel
     from safetensors.torch import save_file  # pylint: disable=import-outside-toplevel
     from conversion import gemma4_map  # pylint: disable=import-outside-toplevel
@@ -94,7 +93,6 @@ def build(directory, layers, shard_mb):
     factors = testing.random_factors(dims, run_config.lora)
     run = testing.fake_run(os.path.join(directory, "run"), base, run_config, factors)
     largest = max(os.path.getsize(os.path.join(base, f)) for f in set(weight_map.values()))
-    del np
     return base, run, total, largest, len(set(weight_map.values()))
 
 

@@ -94,6 +94,7 @@ class _RunCallback(TrainerCallback):
         self._enabled = enabled
         self._writer = None
         self._started = None
+        self._elapsed = 0.0
         self.preempted = False
         signal.signal(signal.SIGTERM, self._on_sigterm)
 
@@ -119,7 +120,7 @@ class _RunCallback(TrainerCallback):
             return
         step = state.global_step
         trained, tokens = self._step_tokens[step - 1]
-        elapsed = getattr(self, "_elapsed", 0.0) or 1e-9
+        elapsed = self._elapsed or 1e-9
         self._writer.write({
             "step": step, "loss": float(logs["loss"]),
             "learning_rate": float(logs.get("learning_rate", 0.0)),

@@ -46,17 +46,26 @@ def check_meta(saved, expected, where):
                 f"{value!r}; use another --workdir or the original config")
 
 
-def restore_latest(checkpoints, lora, opt_state, data_iterator, expected_meta):
+def check_latest(checkpoints, expected_meta):
+    """Refuses a newest checkpoint made with another model or LoRA shape (cheap:
+    reads its metadata only, so it runs before any weight is loaded)."""
+    step = checkpoints.latest_step()
+    if step is not None:
+        meta = checkpoints.restore(
+            step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
+        check_meta(meta, expected_meta, f"{checkpoints.directory}/{step}")
+
+
+def restore_latest(checkpoints, lora, opt_state, data_iterator):
     """(step, lora, opt_state) from the newest checkpoint, or None when there is none.
 
     `lora` and `opt_state` give the structure, shapes and shardings to restore
-    into; `data_iterator` is moved to the saved position in place.
+    into; `data_iterator` is moved to the saved position in place. Call
+    check_latest first.
     """
     step = checkpoints.latest_step()
     if step is None:
         return None
-    meta = checkpoints.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
-    check_meta(meta, expected_meta, f"{checkpoints.directory}/{step}")
     restored = checkpoints.restore(step, args=ocp.args.Composite(
         lora=ocp.args.StandardRestore(_abstract(lora)),
         optimizer=ocp.args.StandardRestore(_abstract(opt_state)),

@@ -105,7 +105,7 @@ def plan(config, dims, num_devices, accumulation):
              "per chip:\n%s", mesh.fsdp, mesh.tp, micro_batch, accumulation,
              mesh_plan.format_estimate(estimate, hbm))
     mesh_plan.check_fits(estimate, hbm)
-    return mesh, micro_batch, modules
+    return mesh, micro_batch
 
 
 def make_mesh(shape):
@@ -163,14 +163,14 @@ def train(config, workdir):
     run_dir_lib.prepare(workdir)
     if process == 0:
         config_cli.write_resolved_config(config, workdir)
-        base_dir = base_model.resolve(config.model.name, workdir, seed=config.seed)
+        base_model.resolve(config.model.name, workdir, seed=config.seed)  # creates the tiny base
     _sync("base model")
     base_dir = base_model.resolve(config.model.name, workdir, seed=config.seed)
     hf_config = base_model.read_config(base_dir)
     dims = gemma4_map.Dims.from_hf_config(hf_config)
 
     accumulation = hparams.gradient_accumulation_steps(config.batch, config.mesh.fsdp)
-    mesh_shape, micro_batch, _ = plan(config, dims, jax.device_count(), accumulation)
+    mesh_shape, micro_batch = plan(config, dims, jax.device_count(), accumulation)
     base_files = base_model.safetensors_files(base_dir)  # every shard opens, or a clear error
     fingerprint = {"config": hf_config.get("_name_or_path") or base_dir,
                    "tensors": len(base_files), "vocab": dims.vocab, "layers": dims.num_layers}
@@ -179,11 +179,7 @@ def train(config, workdir):
         os.path.join(workdir, run_dir_lib.CHECKPOINTS), config.checkpoints_to_keep,
         config.checkpoint_every_steps)
     meta = _checkpoint_meta(config, fingerprint)
-    latest = checkpoints.latest_step()
-    if latest is not None:
-        saved = checkpoints.restore(latest, args=checkpoints_lib.ocp.args.Composite(
-            meta=checkpoints_lib.ocp.args.JsonRestore()))["meta"]
-        checkpoints_lib.check_meta(saved, meta, f"{workdir}/checkpoints/{latest}")
+    checkpoints_lib.check_latest(checkpoints, meta)
 
     from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
     tokenizer = AutoTokenizer.from_pretrained(base_dir)
@@ -206,7 +202,7 @@ def train(config, workdir):
 
     data_iterator = iter(micro_batches.to_iter_dataset())
     step = 0
-    restored = checkpoints_lib.restore_latest(checkpoints, lora, opt_state, data_iterator, meta)
+    restored = checkpoints_lib.restore_latest(checkpoints, lora, opt_state, data_iterator)
     if restored:
         step, lora, opt_state = restored
         log.info("resumed from checkpoint at step %d", step)

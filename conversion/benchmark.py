@@ -3,19 +3,25 @@
     bazel run //conversion:benchmark -- --layers=16
 
 Writes a synthetic bf16 Gemma 4 (sizes below, several safetensors shards with
-an index) and a rank-64 LoRA on every target, then in the same run times
-  * a plain copy of the same shard bytes (the I/O ceiling), and
-  * the merged export (read, W + (alpha/r) B @ A in fp32, write),
-each in a fresh subprocess whose peak RSS is read back. Goals: merge at least
-0.5x the copy's bytes/s, peak RSS at most 2x the largest shard (reported both
-raw and above the interpreter's import baseline). The copy reads the shards
-from the page cache (they were just written), so it is an upper bound; the
-merge is bound by the B @ A products (2 x rank FLOPs per weight element).
+an index) and a rank-64 LoRA on every target, then times, in the same run and
+each in a fresh subprocess whose peak RSS and CPU time are read back:
+  * a plain copy of the shard bytes to the disk (`cp` + `sync`: copyfile,
+    then fsync), and
+  * the merged export (read, W + (alpha/r) B @ A in fp32, write; the export
+    always fsyncs, so that its atomic rename publishes complete files).
+Before each, earlier writes are flushed and the base shards are dropped from
+the page cache, so both read from and write to the disk, as a real export of
+a 62 GB model does. Copies and merges alternate, `--repeats` times each;
+medians are reported. CPU seconds show what the merge costs beyond the I/O.
+Goals: merge at least 0.5x the copy's bytes/s, peak RSS at most 2x the largest
+shard (reported both raw and above the interpreter's import baseline).
 """
 
 import json
 import os
+import resource
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,6 +32,7 @@ from absl import flags
 
 _LAYERS = flags.DEFINE_integer("layers", 16, "Decoder layers of the synthetic model.")
 _SHARD_MB = flags.DEFINE_integer("shard_mb", 512, "Target shard size.")
+_REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs of each copy and merge.")
 _OUTPUT_JSON = flags.DEFINE_string("output_json", None, "Also write the figures here.")
 
 CONFIG = dict(hidden_size=2048, intermediate_size=8192, num_attention_heads=16,
@@ -34,21 +41,47 @@ CONFIG = dict(hidden_size=2048, intermediate_size=8192, num_attention_heads=16,
 
 
 def _child(code):
-    """Runs `code` in a fresh interpreter; returns (seconds, peak RSS bytes)."""
+    """Runs `code` in a fresh interpreter; returns (seconds, CPU seconds, peak RSS bytes)."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                             text=True)
     seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if result.returncode:
         raise RuntimeError(result.stderr[-3000:])
-    return seconds, int(result.stdout.strip().splitlines()[-1]) * 1024
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    return seconds, cpu, int(result.stdout.strip().splitlines()[-1]) * 1024
 
 
 # The child's own high-water mark (VmHWM): ru_maxrss would carry over the
 # parent's across fork + exec on Linux.
 _PEAK = ("print(next(int(l.split()[1]) for l in open('/proc/self/status') "
          "if l.startswith('VmHWM')))")
+
+
+def _settle(shards):
+    """Flushes earlier writes and drops the shards from the page cache."""
+    os.sync()
+    for path in shards:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(fd)
+
+
+def _copy_code(shards, out):
+    return (f"import os, shutil; os.makedirs({out!r}); "
+            f"outs = [os.path.join({out!r}, os.path.basename(p)) for p in {shards!r}]; "
+            f"[shutil.copyfile(p, o) for p, o in zip({shards!r}, outs)]; "
+            f"[os.fsync(os.open(o, os.O_RDONLY)) for o in outs]; " + _PEAK)
+
+
+def _merge_code(run_dir, out):
+    return (f"from conversion import exporting; exporting.export({run_dir!r}, {out!r}, "
+            f"'merged', progress=False); " + _PEAK)
 
 
 def build(directory, layers, shard_mb):
@@ -96,29 +129,38 @@ def build(directory, layers, shard_mb):
     return base, run, total, largest, len(set(weight_map.values()))
 
 
-def run(directory, layers, shard_mb):
+def run(directory, layers, shard_mb, repeats):
     base, run_dir, total, largest, shards = build(directory, layers, shard_mb)
-    copy_dir = os.path.join(directory, "copy")
-    copy_code = (f"import os, shutil; os.makedirs({copy_dir!r}); "
-                 f"[shutil.copyfile(os.path.join({base!r}, f), os.path.join({copy_dir!r}, f)) "
-                 f"for f in sorted(os.listdir({base!r})) if f.endswith('.safetensors')]; "
-                 + _PEAK)
-    copy_seconds, copy_rss = _child(copy_code)
-    shutil.rmtree(copy_dir)
-    baseline_seconds, baseline_rss = _child("from conversion import exporting; " + _PEAK)
-    merge_code = (f"from conversion import exporting; exporting.export({run_dir!r}, "
-                  f"{os.path.join(directory, 'merged')!r}, 'merged', progress=False); " + _PEAK)
-    merge_seconds, merge_rss = _child(merge_code)
-    merge_seconds -= baseline_seconds  # import time is not merge work
+    paths = sorted(os.path.join(base, f) for f in os.listdir(base) if f.endswith(".safetensors"))
+    imports = [_child("from conversion import exporting; " + _PEAK) for _ in range(repeats)]
+    baseline_seconds = statistics.median(seconds for seconds, _, _ in imports)
+    baseline_cpu = statistics.median(cpu for _, cpu, _ in imports)
+    baseline_rss = max(rss for _, _, rss in imports)
+    out = os.path.join(directory, "out")
+    runs = {"copy": [], "merge": []}
+    for _ in range(repeats):
+        for kind, runs_of_kind in runs.items():
+            _settle(paths)
+            seconds, cpu, rss = _child(_copy_code(paths, out) if kind == "copy"
+                                       else _merge_code(run_dir, out))
+            if kind == "merge":  # import time is not merge work
+                seconds, cpu = seconds - baseline_seconds, cpu - baseline_cpu
+            runs_of_kind.append((seconds, cpu, rss))
+            shutil.rmtree(out)
+    figures = {}
+    for kind, runs_of_kind in runs.items():
+        seconds = statistics.median(s for s, _, _ in runs_of_kind)
+        figures[kind] = {"seconds": [s for s, _, _ in runs_of_kind],
+                         "cpu_seconds": [c for _, c, _ in runs_of_kind],
+                         "bytes_per_s": total / seconds,
+                         "peak_rss_bytes": max(r for _, _, r in runs_of_kind)}
+    merge_rss = figures["merge"]["peak_rss_bytes"]
     return {
         "shards": shards, "total_bytes": total, "largest_shard_bytes": largest,
-        "copy": {"seconds": copy_seconds, "bytes_per_s": total / copy_seconds,
-                 "peak_rss_bytes": copy_rss},
-        "merge": {"seconds": merge_seconds, "bytes_per_s": total / merge_seconds,
-                  "peak_rss_bytes": merge_rss,
-                  "peak_rss_above_import_baseline": merge_rss - baseline_rss},
-        "import_baseline_rss_bytes": baseline_rss,
-        "merge_over_copy_speed": copy_seconds / merge_seconds,
+        "import_baseline": {"seconds": baseline_seconds, "cpu_seconds": baseline_cpu,
+                            "peak_rss_bytes": baseline_rss},
+        **figures,
+        "merge_over_copy_speed": figures["merge"]["bytes_per_s"] / figures["copy"]["bytes_per_s"],
         "peak_rss_over_largest_shard": merge_rss / largest,
         "peak_rss_above_baseline_over_largest_shard": (merge_rss - baseline_rss) / largest,
         "goals": {"merge_over_copy_speed": 0.5, "peak_rss_over_largest_shard": 2.0},
@@ -129,16 +171,20 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     with tempfile.TemporaryDirectory() as directory:
-        results = run(directory, _LAYERS.value, _SHARD_MB.value)
+        results = run(directory, _LAYERS.value, _SHARD_MB.value, _REPEATS.value)
     print(json.dumps(results, indent=2))
-    gib = 2**30
-    print(f"\n{results['total_bytes'] / gib:.2f} GiB in {results['shards']} shards: merge "
-          f"{results['merge']['bytes_per_s'] / 2**20:.0f} MiB/s vs copy "
-          f"{results['copy']['bytes_per_s'] / 2**20:.0f} MiB/s "
-          f"({results['merge_over_copy_speed']:.2f}x); peak RSS "
-          f"{results['merge']['peak_rss_bytes'] / gib:.2f} GiB = "
+    gib, mib = 2**30, 2**20
+    cpu = {k: statistics.median(results[k]["cpu_seconds"]) for k in ("copy", "merge")}
+    print(f"\n{results['total_bytes'] / gib:.2f} GiB in {results['shards']} shards, largest "
+          f"{results['largest_shard_bytes'] / gib:.2f} GiB\n"
+          f"merge {results['merge']['bytes_per_s'] / mib:.0f} MiB/s vs copy "
+          f"{results['copy']['bytes_per_s'] / mib:.0f} MiB/s: "
+          f"{results['merge_over_copy_speed']:.2f}x (goal 0.5x); CPU seconds merge "
+          f"{cpu['merge']:.1f} vs copy {cpu['copy']:.1f}\n"
+          f"peak RSS {results['merge']['peak_rss_bytes'] / gib:.2f} GiB = "
           f"{results['peak_rss_over_largest_shard']:.2f}x the largest shard "
-          f"({results['peak_rss_above_baseline_over_largest_shard']:.2f}x above imports)")
+          f"({results['peak_rss_above_baseline_over_largest_shard']:.2f}x above imports; "
+          "goal 2x)")
     if _OUTPUT_JSON.value:
         from tools import config_cli  # pylint: disable=import-outside-toplevel
         with open(config_cli.user_path(_OUTPUT_JSON.value), "w") as f:

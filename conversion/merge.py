@@ -1,14 +1,23 @@
 """Streaming merge of a LoRA adapter into a sharded Hugging Face checkpoint.
 
 For each weight W with factors A, B: W' = W + (alpha / r) * B @ A, computed in
-float32 and cast back to W's dtype. Shards are processed one at a time and
-keep the base's file names and index, whatever the model size (the reference
-loaded all 62 GB into one file).
+float32 and cast back to W's dtype. Each output shard keeps its base shard's
+header and byte layout, so the base's index serves unchanged (the reference
+loaded all 62 GB and wrote one file). Bytes the adapter does not touch are
+copied inside the kernel; each merged weight goes through in blocks of rows,
+updated in place through a float32 tile that stays in cache. Peak memory is
+the LoRA factors plus a few blocks, whatever the model size.
+
+The disk and the CPUs work at the same time (_Pipeline): while one block is
+computed, the next is read and the previous ones written, each by its own
+thread, and each finished shard is fsynced while the next is merged. The base
+and the output do not pile up in the page cache (_Files). When merge()
+returns, the output is on disk.
 Config, generation config, tokenizer and chat template are copied alongside.
-Tensors are read and written one at a time (conversion/safetensors_stream.py),
-so peak memory is about the largest tensor (in fp32) plus the LoRA factors.
 """
 
+import collections
+import concurrent.futures
 import json
 import os
 import re
@@ -20,6 +29,10 @@ from conversion import safetensors_stream
 from training.common import base_model
 
 INDEX = "model.safetensors.index.json"
+BLOCK_ELEMENTS = 1 << 23  # rows read and written at once: 16 MiB of bf16
+TILE_COLUMNS = 2048  # a 1024 x 2048 float32 tile (8 MiB) stays in the last-level cache
+READ_AHEAD = 1 << 26  # bytes of the base requested from the disk ahead of use
+_COPY_CHUNK = 1 << 24  # untouched bytes are copied (and handed to the disk) in these
 _PEFT = re.compile(r"^base_model\.model\.(?P<module>.+)\.lora_(?P<which>[AB])\.weight$")
 
 
@@ -49,42 +62,197 @@ def merge(base_dir, out_dir, peft_factors, alpha, progress=None):
     if absent:
         raise MergeError(f"the base checkpoint has no tensor {absent[0]} "
                          f"(and {len(absent) - 1} more) for the adapter's factors")
-    for path in sorted(set(files.values())):
-        header, metadata, data_start = safetensors_stream.read_header(path)
-        order = sorted(header, key=lambda n: header[n]["data_offsets"][0])
-        writer = safetensors_stream.Writer(
-            os.path.join(out_dir, os.path.basename(path)),
-            {n: (header[n]["dtype"], header[n]["shape"]) for n in order}, metadata)
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            for name in order:
-                tensor = safetensors_stream.read_tensor(fd, header[name], data_start)
-                if name in deltas:
-                    tensor = _merged(name, tensor, deltas[name], alpha)
-                writer.write(name, tensor)
-                if progress is not None:
-                    progress.update(tensor.numel() * tensor.element_size())
-                del tensor
-        finally:
-            os.close(fd)
-        writer.close()
+    with _Pipeline(progress) as pipeline:
+        for path in sorted(set(files.values())):
+            pipeline.shard(path, os.path.join(out_dir, os.path.basename(path)), deltas, alpha)
     for name in sorted(os.listdir(base_dir)):
         source = os.path.join(base_dir, name)
-        if os.path.isfile(source) and not name.endswith(".safetensors") and name != INDEX:
+        if os.path.isfile(source) and not name.endswith(".safetensors"):
             shutil.copy2(source, os.path.join(out_dir, name))
-    if os.path.exists(os.path.join(base_dir, INDEX)):
-        shutil.copy2(os.path.join(base_dir, INDEX), os.path.join(out_dir, INDEX))
 
 
-def _merged(name, weight, factors, alpha):
-    a, b = (torch.as_tensor(x, dtype=torch.float32) for x in factors)
-    if (b.shape[0], a.shape[1]) != tuple(weight.shape):
-        raise MergeError(f"{name}: B @ A is {(b.shape[0], a.shape[1])}, the base tensor "
-                         f"is {tuple(weight.shape)}")
-    # One fp32 copy of W, updated in place by the fused B @ A.
-    merged = weight.to(torch.float32)
-    merged.addmm_(b, a, alpha=alpha / a.shape[0])
-    return merged.to(weight.dtype)
+_Block = collections.namedtuple("_Block", "offset first rows columns dtype a b scale")
+
+
+def _plan(path, deltas, alpha):
+    """(byte ranges copied unchanged, row blocks merged) of one shard."""
+    header, _, data_start = safetensors_stream.read_header(path)
+    copies, blocks, position = [], [], 0
+    for name in sorted((n for n in header if n in deltas),
+                       key=lambda n: header[n]["data_offsets"][0]):
+        info = header[name]
+        dtype = safetensors_stream.DTYPES.get(info["dtype"])
+        if dtype is None or not dtype.is_floating_point:
+            raise MergeError(f"{name}: cannot merge LoRA factors into a {info['dtype']} tensor")
+        a, b = (torch.as_tensor(x, dtype=torch.float32) for x in deltas[name])
+        shape = tuple(info["shape"])
+        if a.shape[0] != b.shape[1] or (b.shape[0], a.shape[1]) != shape:
+            raise MergeError(f"{name}: B {tuple(b.shape)} @ A {tuple(a.shape)} does not fit "
+                             f"the base tensor {shape}")
+        begin, end = (data_start + offset for offset in info["data_offsets"])
+        copies.append((position, begin))
+        position = end
+        rows, columns = shape
+        block_rows = max(1, min(rows, BLOCK_ELEMENTS // columns))
+        for first in range(0, rows, block_rows):
+            blocks.append(_Block(begin + first * columns * dtype.itemsize, first,
+                                 min(block_rows, rows - first), columns, dtype, a, b,
+                                 alpha / a.shape[0]))
+    copies.append((position, os.path.getsize(path)))
+    return [(begin, end) for begin, end in copies if end > begin], blocks
+
+
+class _Pipeline:
+    """Merges shards block by block, reading, computing and writing at once.
+
+    A ring of RING block buffers, allocated once (fresh pages cost a page fault
+    each): block i + 1 is read while block i is computed and blocks i - 1 and
+    before are written; a buffer is reused once its write is done.
+    """
+
+    RING = 3
+
+    def __init__(self, progress):
+        self._progress = progress
+        self._threads = {role: concurrent.futures.ThreadPoolExecutor(
+            1, thread_name_prefix=f"merge-{role}") for role in ("read", "write", "sync")}
+        self._ring = [[torch.empty(0, dtype=torch.uint8), None] for _ in range(self.RING)]
+        self._turn = 0
+        self._tile = torch.empty(0, dtype=torch.float32)
+        self._closing = []
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *error):
+        for executor in self._threads.values():
+            executor.shutdown(wait=True)
+        if error[0] is None:
+            for future in self._closing:
+                future.result()
+
+    def shard(self, path, out_path, deltas, alpha):
+        copies, blocks = _plan(path, deltas, alpha)
+        files = _Files(path, out_path)
+        try:
+            for begin, end in copies:  # on the write thread: its disk time overlaps compute
+                for start in range(begin, end, _COPY_CHUNK):
+                    count = min(_COPY_CHUNK, end - start)
+                    files.track(self._threads["write"].submit(files.copy, start, count))
+                    self._advance(count)
+            self._merge_blocks(files, blocks)
+        except BaseException:
+            files.close(sync=False)
+            raise
+        self._closing.append(self._threads["sync"].submit(files.close))
+
+    def _merge_blocks(self, files, blocks):
+        reading = self._read(files, blocks[0]) if blocks else None
+        for number, block in enumerate(blocks):
+            slot, weights = reading.result()
+            if number + 1 < len(blocks):
+                reading = self._read(files, blocks[number + 1])
+            self._compute(block, weights)
+            self._ring[slot][1] = files.track(
+                self._threads["write"].submit(files.write, weights, block.offset))
+            self._advance(weights.numel() * block.dtype.itemsize)
+
+    def _read(self, files, block):
+        slot = self._turn
+        self._turn = (slot + 1) % self.RING
+        buffer, writing = self._ring[slot]
+        if writing is not None:
+            writing.result()  # the buffer's last block is out
+        size = block.rows * block.columns * block.dtype.itemsize
+        if buffer.numel() < size:
+            buffer = self._ring[slot][0] = torch.empty(size, dtype=torch.uint8)
+        weights = buffer[:size].view(block.dtype).view(block.rows, block.columns)
+        self._ring[slot][1] = None
+
+        def read():
+            files.read_into(weights, block.offset)
+            return slot, weights
+        return files.track(self._threads["read"].submit(read))
+
+    def _compute(self, block, weights):
+        width = min(block.columns, TILE_COLUMNS)
+        if self._tile.numel() < block.rows * width:
+            self._tile = torch.empty(block.rows * width, dtype=torch.float32)
+        b = block.b[block.first:block.first + block.rows]
+        for column in range(0, block.columns, TILE_COLUMNS):
+            part = weights[:, column:column + TILE_COLUMNS]
+            fp32 = self._tile[:part.numel()].view(part.shape)
+            fp32.copy_(part)
+            fp32.addmm_(b, block.a[:, column:column + TILE_COLUMNS], alpha=block.scale)
+            part.copy_(fp32)
+
+    def _advance(self, count):
+        if self._progress is not None:
+            self._progress.update(count)
+
+
+class _Files:
+    """A base shard and its merged copy, which has the same byte layout.
+
+    Page-cache advice keeps the disk busy and the cache small: the base is
+    requested READ_AHEAD bytes ahead of use and dropped once used; written
+    bytes are handed to the disk at once (POSIX_FADV_DONTNEED starts their
+    writeback) instead of waiting for the kernel to throttle the writer.
+    """
+
+    def __init__(self, path, out_path):
+        self._source = os.open(path, os.O_RDONLY)
+        try:
+            self._out = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+        except BaseException:
+            os.close(self._source)
+            raise
+        os.posix_fadvise(self._source, 0, 0, os.POSIX_FADV_SEQUENTIAL)
+        self._requested = 0
+        self._pending = []
+
+    def track(self, future):
+        """Remembers a read or write in flight, so close() waits for it."""
+        self._pending.append(future)
+        return future
+
+    def copy(self, offset, count):
+        safetensors_stream.copy_range(self._source, self._out, offset, count)
+        for fd in (self._source, self._out):
+            os.posix_fadvise(fd, offset, count, os.POSIX_FADV_DONTNEED)
+
+    def read_into(self, tensor, offset):
+        self._read_ahead(offset)
+        safetensors_stream.read_into(self._source, tensor, offset)
+        os.posix_fadvise(self._source, offset, tensor.numel() * tensor.element_size(),
+                         os.POSIX_FADV_DONTNEED)
+
+    def write(self, tensor, offset):
+        safetensors_stream.write_at(self._out, tensor, offset)
+        os.posix_fadvise(self._out, offset, tensor.numel() * tensor.element_size(),
+                         os.POSIX_FADV_DONTNEED)
+
+    def _read_ahead(self, offset):
+        end = offset + READ_AHEAD
+        if end > self._requested:
+            start = max(offset, self._requested)
+            os.posix_fadvise(self._source, start, end - start, os.POSIX_FADV_WILLNEED)
+            self._requested = end
+
+    def close(self, sync=True):
+        """After the reads and writes in flight; with `sync`, once the disk has it all."""
+        try:
+            for future in self._pending:
+                if sync:
+                    future.result()
+                else:
+                    concurrent.futures.wait([future])
+            if sync:
+                os.fsync(self._out)
+                os.posix_fadvise(self._out, 0, 0, os.POSIX_FADV_DONTNEED)
+        finally:
+            os.close(self._out)
+            os.close(self._source)
 
 
 def total_bytes(base_dir):

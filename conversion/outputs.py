@@ -1,5 +1,9 @@
 """Atomic output directories: everything is written beside the target and
-renamed into place at the end, so an error leaves nothing at the target."""
+renamed into place at the end, so an error leaves nothing at the target.
+
+Every file is fsynced before the rename and the parent directory after it:
+once `path` exists, a crash cannot leave it with files the disk never received.
+"""
 
 import contextlib
 import os
@@ -22,6 +26,7 @@ def atomic_dir(path, overwrite=False):
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(path)}.", dir=parent)
     try:
         yield tmp
+        _fsync_tree(tmp)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -32,3 +37,19 @@ def atomic_dir(path, overwrite=False):
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.rename(tmp, path)
+    _fsync(parent, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def _fsync_tree(root):
+    for directory, _, files in os.walk(root, topdown=False):
+        for name in files:
+            _fsync(os.path.join(directory, name), os.O_RDONLY)
+        _fsync(directory, os.O_RDONLY | os.O_DIRECTORY)
+
+
+def _fsync(path, flags):
+    fd = os.open(path, flags)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

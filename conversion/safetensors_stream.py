@@ -1,14 +1,15 @@
-"""Tensor-at-a-time reading and writing of safetensors files.
+"""Block-wise access to safetensors files without loading tensors whole.
 
-The `safetensors` package reads lazily through a memory map (every page read
-stays resident while the file is open) and writes a whole dict at once, so a
-merge through it holds about two shards. The format is simple and public: an
-8-byte little-endian header length, a JSON header mapping each tensor name to
-its dtype, shape and byte offsets, then the raw bytes. Reading with `pread`
-and writing in header order keeps one tensor in memory at a time; the files
-are ordinary safetensors files (export_test loads them with transformers).
+The format is simple and public: an 8-byte little-endian header length, a JSON
+header mapping each tensor name to its dtype, shape and byte offsets, then the
+raw bytes. The `safetensors` package reads through a memory map (every page
+read stays resident while the file is open) and writes a whole dict at once;
+a merge through it holds about two shards. Here the merge keeps the base's
+header and byte layout: untouched bytes are copied by the kernel
+(`copy_file_range`), and merged tensors are read and written in row blocks.
 """
 
+import errno
 import json
 import os
 import struct
@@ -20,7 +21,6 @@ DTYPES = {
     "F64": torch.float64, "I64": torch.int64, "I32": torch.int32, "I16": torch.int16,
     "I8": torch.int8, "U8": torch.uint8, "BOOL": torch.bool,
 }
-NAMES = {dtype: name for name, dtype in DTYPES.items()}
 
 
 class SafetensorsError(ValueError):
@@ -47,60 +47,56 @@ def read_header(path):
     return header, metadata, data_start
 
 
-def read_tensor(fd, info, data_start):
-    begin, end = info["data_offsets"]
-    buffer = bytearray(end - begin)
-    view = memoryview(buffer)
+def read_into(fd, tensor, offset):
+    """Fills the contiguous `tensor` with the bytes at `offset` of `fd`."""
+    view = _bytes(tensor)
     done = 0
-    while done < len(buffer):
-        count = os.preadv(fd, [view[done:]], data_start + begin + done)
+    while done < len(view):
+        count = os.preadv(fd, [view[done:]], offset + done)
         if count <= 0:
             raise SafetensorsError("unexpected end of file")
         done += count
-    tensor = torch.frombuffer(buffer, dtype=DTYPES[info["dtype"]]) if buffer else torch.empty(
-        0, dtype=DTYPES[info["dtype"]])
-    return tensor.reshape(info["shape"])
 
 
-class Writer:
-    """Writes tensors in the order of `layout` ({name: (dtype name, shape)})."""
-
-    def __init__(self, path, layout, metadata=None):
-        header, offset = {}, 0
-        for name, (dtype, shape) in layout.items():
-            size = DTYPES[dtype].itemsize * _numel(shape)
-            header[name] = {"dtype": dtype, "shape": list(shape),
-                            "data_offsets": [offset, offset + size]}
-            offset += size
-        if metadata:
-            header["__metadata__"] = metadata
-        encoded = json.dumps(header, separators=(",", ":")).encode()
-        encoded += b" " * (-len(encoded) % 8)  # data starts 8-byte aligned
-        self._order = list(layout)
-        self._header = header
-        self._file = open(path, "wb")
-        self._file.write(struct.pack("<Q", len(encoded)) + encoded)
-
-    def write(self, name, tensor):
-        expected = self._order.pop(0) if self._order else None
-        if name != expected:
-            raise SafetensorsError(f"wrote {name}, expected {expected}")
-        info = self._header[name]
-        if NAMES[tensor.dtype] != info["dtype"] or list(tensor.shape) != info["shape"]:
-            raise SafetensorsError(f"{name}: {tensor.dtype} {list(tensor.shape)} does not "
-                                   f"match the header's {info['dtype']} {info['shape']}")
-        if tensor.numel():
-            self._file.write(memoryview(tensor.contiguous().view(torch.uint8).numpy()))
-
-    def close(self):
-        if self._order:
-            raise SafetensorsError(f"{len(self._order)} tensors never written, e.g. "
-                                   f"{self._order[0]}")
-        self._file.close()
+def write_at(fd, tensor, offset):
+    """Writes the bytes of the contiguous `tensor` at `offset` of `fd`."""
+    view = _bytes(tensor)
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], offset + done)
 
 
-def _numel(shape):
-    count = 1
-    for dim in shape:
-        count *= dim
-    return count
+def copy_range(src_fd, dst_fd, offset, count):
+    """Copies `count` bytes at `offset` of `src_fd` to the same offset of `dst_fd`,
+    inside the kernel where it can (copy_file_range)."""
+    end = offset + count
+    copy = _copy_file_range
+    while offset < end:
+        try:
+            copied = copy(src_fd, dst_fd, offset, end - offset)
+        except OSError as e:
+            if copy is not _copy_file_range or e.errno not in _NO_COPY_FILE_RANGE:
+                raise
+            copy = _read_write  # e.g. source and output on different file systems
+            continue
+        if copied <= 0:
+            raise SafetensorsError("unexpected end of file")
+        offset += copied
+
+
+_NO_COPY_FILE_RANGE = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL}
+
+
+def _copy_file_range(src_fd, dst_fd, offset, count):
+    return os.copy_file_range(src_fd, dst_fd, count, offset, offset)
+
+
+def _read_write(src_fd, dst_fd, offset, count):
+    data = os.pread(src_fd, min(count, 1 << 24), offset)
+    if data:
+        write_at(dst_fd, torch.frombuffer(bytearray(data), dtype=torch.uint8), offset)
+    return len(data)
+
+
+def _bytes(tensor):
+    return memoryview(tensor.view(torch.uint8).numpy()).cast("B")

@@ -31,6 +31,7 @@ from training.common import base_model
 INDEX = "model.safetensors.index.json"
 BLOCK_ELEMENTS = 1 << 23  # rows read and written at once: 16 MiB of bf16
 TILE_COLUMNS = 2048  # a 1024 x 2048 float32 tile (8 MiB) stays in the last-level cache
+COMPUTE_THREADS = 8  # at most; each runs torch single-threaded
 READ_AHEAD = 1 << 26  # bytes of the base requested from the disk ahead of use
 _COPY_CHUNK = 1 << 24  # untouched bytes are copied (and handed to the disk) in these
 _PEFT = re.compile(r"^base_model\.model\.(?P<module>.+)\.lora_(?P<which>[AB])\.weight$")
@@ -107,7 +108,10 @@ class _Pipeline:
 
     A ring of RING block buffers, allocated once (fresh pages cost a page fault
     each): block i + 1 is read while block i is computed and blocks i - 1 and
-    before are written; a buffer is reused once its write is done.
+    before are written; a buffer is reused once its write is done. A block's
+    rows are split among up to COMPUTE_THREADS threads (one per core), each
+    running torch single-threaded: OpenMP workers would spin between the short
+    GEMMs and take the CPU the reading and writing threads need.
     """
 
     RING = 3
@@ -116,15 +120,21 @@ class _Pipeline:
         self._progress = progress
         self._threads = {role: concurrent.futures.ThreadPoolExecutor(
             1, thread_name_prefix=f"merge-{role}") for role in ("read", "write", "sync")}
+        compute = max(1, min(COMPUTE_THREADS, os.cpu_count() or 1))
+        self._threads["compute"] = concurrent.futures.ThreadPoolExecutor(
+            max(1, compute - 1), thread_name_prefix="merge-compute")
         self._ring = [[torch.empty(0, dtype=torch.uint8), None] for _ in range(self.RING)]
         self._turn = 0
-        self._tile = torch.empty(0, dtype=torch.float32)
+        self._tiles = [torch.empty(0, dtype=torch.float32) for _ in range(compute)]
         self._closing = []
 
     def __enter__(self):
+        self._torch_threads = torch.get_num_threads()
+        torch.set_num_threads(1)
         return self
 
     def __exit__(self, *error):
+        torch.set_num_threads(self._torch_threads)
         for executor in self._threads.values():
             executor.shutdown(wait=True)
         if error[0] is None:
@@ -175,13 +185,27 @@ class _Pipeline:
         return files.track(self._threads["read"].submit(read))
 
     def _compute(self, block, weights):
+        """Rows split among the main thread and the compute threads."""
+        parts = len(self._tiles)
+        bounds = [block.rows * part // parts for part in range(parts + 1)]
+        others = [self._threads["compute"].submit(self._compute_rows, block, weights,
+                                                  bounds[part], bounds[part + 1], part)
+                  for part in range(1, parts)]
+        self._compute_rows(block, weights, bounds[0], bounds[1], 0)
+        for other in others:
+            other.result()
+
+    def _compute_rows(self, block, weights, begin, end, tile_number):
+        if end <= begin:
+            return
         width = min(block.columns, TILE_COLUMNS)
-        if self._tile.numel() < block.rows * width:
-            self._tile = torch.empty(block.rows * width, dtype=torch.float32)
-        b = block.b[block.first:block.first + block.rows]
+        if self._tiles[tile_number].numel() < (end - begin) * width:
+            self._tiles[tile_number] = torch.empty((end - begin) * width, dtype=torch.float32)
+        tile = self._tiles[tile_number]
+        b = block.b[block.first + begin:block.first + end]
         for column in range(0, block.columns, TILE_COLUMNS):
-            part = weights[:, column:column + TILE_COLUMNS]
-            fp32 = self._tile[:part.numel()].view(part.shape)
+            part = weights[begin:end, column:column + TILE_COLUMNS]
+            fp32 = tile[:part.numel()].view(part.shape)
             fp32.copy_(part)
             fp32.addmm_(b, block.a[:, column:column + TILE_COLUMNS], alpha=block.scale)
             part.copy_(fp32)

@@ -52,6 +52,30 @@ class FsdpTest(absltest.TestCase):
                                    f"2-process run:\n{fsdp.stdout[-3000:]}\n{fsdp.stderr[-6000:]}")
 
 
+    def test_buffer_order_does_not_depend_on_the_hash_seed(self):
+        # DDP copies rank 0's buffers to the others by position. transformers'
+        # Gemma 4 registers rotary buffers in `set` order: hash seeds 0 and 1
+        # give different raw orders, which trainer.order_buffers removes.
+        code = ("import json, transformers\n"
+                "from training.common import tiny_model\n"
+                "from training.gpu import trainer\n"
+                "model = transformers.AutoModelForCausalLM.from_config("
+                "tiny_model.tiny_config(64))\n"
+                "raw = [n for n, _ in model.named_buffers()]\n"
+                "ordered = [n for n, _ in trainer.order_buffers(model).named_buffers()]\n"
+                "print(json.dumps([raw, ordered]))\n")
+        orders = []
+        for seed in ("0", "1"):
+            env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), PYTHONHASHSEED=seed)
+            result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                                    text=True, timeout=300)
+            self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+            orders.append(json.loads(result.stdout.strip().splitlines()[-1]))
+        (raw_0, ordered_0), (raw_1, ordered_1) = orders
+        self.assertNotEqual(raw_0, raw_1)  # the hazard (if this fails, upstream fixed it)
+        self.assertEqual(sorted(raw_0), sorted(raw_1))
+        self.assertEqual(ordered_0, ordered_1)
+
     def test_h100x2_generates_fsdp2_with_activation_checkpointing(self):
         from training.gpu import trainer  # pylint: disable=import-outside-toplevel
         from training.gpu.configs import h100x2  # pylint: disable=import-outside-toplevel

@@ -69,6 +69,21 @@ def tie_fused_kv(model, dims):
     return tied
 
 
+def order_buffers(model):
+    """Registers every module's buffers in name order, the same on every process.
+
+    transformers' Gemma 4 rotary embedding registers its per-layer-type buffers
+    while iterating a `set` of layer types, whose order follows the process's
+    string hash seed. DDP copies rank 0's buffers to the other ranks by
+    position, so a rank with the other order got the sliding-window
+    frequencies in its full-attention buffers and vice versa (a silent
+    difference in every forward pass; about one launch in two).
+    """
+    for module in model.modules():
+        module._buffers = dict(sorted(module._buffers.items()))  # pylint: disable=protected-access
+    return model
+
+
 def check_checkpoints(output_dir, config):
     """Refuses to resume from checkpoints made with another LoRA shape."""
     last = transformers.trainer_utils.get_last_checkpoint(output_dir) \
@@ -276,7 +291,7 @@ def _model(config, base_dir, dims):
                       lora_dropout=config.lora.dropout,
                       target_modules=lora_target_regex(config.lora.target_modules),
                       bias="none", task_type="CAUSAL_LM")
-    model = get_peft_model(model, lora)
+    model = order_buffers(get_peft_model(model, lora))
     tie_fused_kv(model, dims)
     if config.lora.init_from:
         # A PEFT adapter directory, e.g. the TPU stack's export (parity tests).

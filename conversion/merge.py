@@ -30,7 +30,7 @@ from training.common import base_model
 
 INDEX = "model.safetensors.index.json"
 BLOCK_ELEMENTS = 1 << 23  # rows read and written at once: 16 MiB of bf16
-TILE_COLUMNS = 2048  # a 1024 x 2048 float32 tile (8 MiB) stays in the last-level cache
+TILE_ROWS, TILE_COLUMNS = 1024, 2048  # a float32 tile of 8 MiB stays in the last-level cache
 COMPUTE_THREADS = 8  # at most; each runs torch single-threaded
 READ_AHEAD = 1 << 26  # bytes of the base requested from the disk ahead of use
 _COPY_CHUNK = 1 << 24  # untouched bytes are copied (and handed to the disk) in these
@@ -196,19 +196,20 @@ class _Pipeline:
             other.result()
 
     def _compute_rows(self, block, weights, begin, end, tile_number):
-        if end <= begin:
-            return
-        width = min(block.columns, TILE_COLUMNS)
-        if self._tiles[tile_number].numel() < (end - begin) * width:
-            self._tiles[tile_number] = torch.empty((end - begin) * width, dtype=torch.float32)
+        """Rows [begin, end) of a block, in float32 tiles of TILE_ROWS x TILE_COLUMNS."""
+        size = min(end - begin, TILE_ROWS) * min(block.columns, TILE_COLUMNS)
+        if self._tiles[tile_number].numel() < size:
+            self._tiles[tile_number] = torch.empty(size, dtype=torch.float32)
         tile = self._tiles[tile_number]
-        b = block.b[block.first + begin:block.first + end]
-        for column in range(0, block.columns, TILE_COLUMNS):
-            part = weights[begin:end, column:column + TILE_COLUMNS]
-            fp32 = tile[:part.numel()].view(part.shape)
-            fp32.copy_(part)
-            fp32.addmm_(b, block.a[:, column:column + TILE_COLUMNS], alpha=block.scale)
-            part.copy_(fp32)
+        for row in range(begin, end, TILE_ROWS):
+            rows = slice(row, min(row + TILE_ROWS, end))
+            b = block.b[block.first + rows.start:block.first + rows.stop]
+            for column in range(0, block.columns, TILE_COLUMNS):
+                part = weights[rows, column:column + TILE_COLUMNS]
+                fp32 = tile[:part.numel()].view(part.shape)
+                fp32.copy_(part)
+                fp32.addmm_(b, block.a[:, column:column + TILE_COLUMNS], alpha=block.scale)
+                part.copy_(fp32)
 
     def _advance(self, count):
         if self._progress is not None:

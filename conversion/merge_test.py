@@ -61,7 +61,7 @@ class MergeTest(absltest.TestCase):
         super().setUp()
         self.directory = self.create_tempdir().full_path
         # Small blocks and tiles, so that partial blocks and tiles are exercised.
-        for name, value in (("BLOCK_ELEMENTS", 7 * 40), ("TILE_COLUMNS", 16)):
+        for name, value in (("BLOCK_ELEMENTS", 7 * 40), ("TILE_ROWS", 2), ("TILE_COLUMNS", 16)):
             patcher = mock.patch.object(merge, name, value)
             patcher.start()
             self.addCleanup(patcher.stop)

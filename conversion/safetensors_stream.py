@@ -60,10 +60,7 @@ def read_into(fd, tensor, offset):
 
 def write_at(fd, tensor, offset):
     """Writes the bytes of the contiguous `tensor` at `offset` of `fd`."""
-    view = _bytes(tensor)
-    done = 0
-    while done < len(view):
-        done += os.pwrite(fd, view[done:], offset + done)
+    _pwrite_all(fd, _bytes(tensor), offset)
 
 
 def copy_range(src_fd, dst_fd, offset, count):
@@ -93,9 +90,14 @@ def _copy_file_range(src_fd, dst_fd, offset, count):
 
 def _read_write(src_fd, dst_fd, offset, count):
     data = os.pread(src_fd, min(count, 1 << 24), offset)
-    if data:
-        write_at(dst_fd, torch.frombuffer(bytearray(data), dtype=torch.uint8), offset)
+    _pwrite_all(dst_fd, memoryview(data), offset)
     return len(data)
+
+
+def _pwrite_all(fd, view, offset):
+    done = 0
+    while done < len(view):
+        done += os.pwrite(fd, view[done:], offset + done)
 
 
 def _bytes(tensor):

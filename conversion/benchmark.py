@@ -36,6 +36,8 @@ import time
 from absl import app
 from absl import flags
 
+from tools.common import cli
+
 _LAYERS = flags.DEFINE_integer("layers", 16, "Decoder layers of the synthetic model.")
 _SHARD_MB = flags.DEFINE_integer("shard_mb", 512, "Target shard size.")
 _REPEATS = flags.DEFINE_integer("repeats", 3, "Timed runs of each copy and merge.")
@@ -99,9 +101,10 @@ def build(directory, layers, shard_mb):
     """The synthetic base (bf16 shards + index) and a fake TPU run holding a LoRA."""
     import torch  # pylint: disable=import-outside-toplevel
     from safetensors.torch import save_file  # pylint: disable=import-outside-toplevel
-    from conversion import gemma4_map  # pylint: disable=import-outside-toplevel
+    from training.formats import gemma4_map  # pylint: disable=import-outside-toplevel
     from conversion import testing  # pylint: disable=import-outside-toplevel
-    from training.common import tiny_model  # pylint: disable=import-outside-toplevel
+    from training.formats import tiny_model  # pylint: disable=import-outside-toplevel
+    from training.tpu import testing as tpu_testing  # pylint: disable=import-outside-toplevel
     from training.tpu.configs import cpu  # pylint: disable=import-outside-toplevel
     base = os.path.join(directory, "base")
     os.makedirs(base)
@@ -134,7 +137,7 @@ def build(directory, layers, shard_mb):
         json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, f)
     run_config = cpu.get_config()
     run_config.lora.rank, run_config.lora.alpha = 64, 64.0
-    factors = testing.random_factors(dims, run_config.lora)
+    factors = tpu_testing.random_factors(dims, run_config.lora)
     run = testing.fake_run(os.path.join(directory, "run"), base, run_config, factors)
     largest = max(os.path.getsize(os.path.join(base, f)) for f in set(weight_map.values()))
     return base, run, total, largest, len(set(weight_map.values()))
@@ -209,10 +212,10 @@ def main(argv):
           f"({results['peak_rss_above_baseline_over_largest_shard']:.2f}x above imports; "
           "goal 2x)")
     if _OUTPUT_JSON.value:
-        from tools import config_cli  # pylint: disable=import-outside-toplevel
+        from tools.common import config_cli  # pylint: disable=import-outside-toplevel
         with open(config_cli.user_path(_OUTPUT_JSON.value), "w") as f:
             json.dump(results, f, indent=2)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

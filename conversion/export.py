@@ -20,7 +20,8 @@ from absl import flags
 from absl import logging as absl_logging
 
 from conversion import exporting
-from tools import config_cli
+from tools.common import cli
+from tools.common import config_cli
 
 _RUN_DIR = flags.DEFINE_string("run_dir", None, "TPU run directory (training/tpu:sft --workdir).")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest).")
@@ -29,25 +30,21 @@ _BASE_MODEL = flags.DEFINE_string("base_model", None,
 _FORMAT = flags.DEFINE_enum("format", "both", ["peft", "merged", "both"], "What to write.")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where to write.")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an existing --output_dir.")
+flags.mark_flags_as_required(["run_dir", "output_dir"])
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    for name, flag in (("--run_dir", _RUN_DIR), ("--output_dir", _OUTPUT_DIR)):
-        if not flag.value:
-            raise app.UsageError(f"{name} is required")
     absl_logging.set_verbosity(absl_logging.WARNING)  # Orbax logs every read at INFO
     base = _BASE_MODEL.value
     if base and os.path.exists(config_cli.user_path(base)):
         base = config_cli.user_path(base)
-    try:
-        written = exporting.export(config_cli.user_path(_RUN_DIR.value), config_cli.user_path(_OUTPUT_DIR.value),
-                         _FORMAT.value, _STEP.value, base, _OVERWRITE.value)
-    except exporting.USER_ERRORS as e:
-        raise SystemExit(f"error: {e}") from None
+    written = exporting.export(config_cli.user_path(_RUN_DIR.value),
+                               config_cli.user_path(_OUTPUT_DIR.value), _FORMAT.value,
+                               _STEP.value, base, _OVERWRITE.value)
     print(json.dumps(written, indent=2))
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

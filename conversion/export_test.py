@@ -10,17 +10,17 @@ from safetensors.numpy import load_file
 
 from training.tpu import testing as tpu_testing  # 8 CPU devices first
 # pylint: disable=wrong-import-order
-from conversion import adapter
+from training.formats import adapter
 from conversion import exporting
-from conversion import gemma4_map
+from training.formats import gemma4_map
 from conversion import import_adapter
-from conversion import lora_map
+from training.formats import lora_map
 from conversion import merge
-from conversion import orbax_lora
+from training.formats import orbax_lora
 from conversion import outputs
 from conversion import testing
 from conversion import verify
-from training.common import base_model
+from training.formats import base_model
 from training.common import run_dir as run_dir_lib
 
 VLLM_TARGETS = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
@@ -39,7 +39,7 @@ def make_run(directory, sharded=False, **overrides):
         model.save_pretrained(base, max_shard_size="300KB")
         os.remove(os.path.join(base, "model.safetensors"))
     config = tpu_testing.cpu_config()
-    factors = testing.random_factors(dims, config.lora)
+    factors = tpu_testing.random_factors(dims, config.lora)
     run = testing.fake_run(os.path.join(directory, "run"), base, config, factors)
     return run, base, dims, factors, config
 
@@ -98,7 +98,7 @@ class ExportTest(parameterized.TestCase):
         peft = load_file(os.path.join(exporting.export(
             run, os.path.join(directory, "p"), "peft", progress=False)["adapter"],
             adapter.WEIGHTS))
-        deltas = merge.weight_deltas(peft)
+        deltas = lora_map.weight_factors(peft)
         name = "model.layers.1.self_attn.q_proj.weight"
         files = base_model.safetensors_files(base)
         before = load_file(files[name])[name]
@@ -164,7 +164,7 @@ class ExportTest(parameterized.TestCase):
         # A run config whose rank disagrees with the checkpoint.
         other = config.copy_and_resolve_references()
         other.lora.rank = 16
-        from tools import config_cli  # pylint: disable=import-outside-toplevel
+        from tools.common import config_cli  # pylint: disable=import-outside-toplevel
         config_cli.write_resolved_config(other, run)
         with self.assertRaisesRegex(lora_map.LoraMapError, "rank-8 factors but the run's "
                                     "config says lora.rank=16"):

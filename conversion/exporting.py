@@ -6,20 +6,15 @@ See conversion/export.py for what is written where.
 import importlib.metadata
 import os
 
-from conversion import adapter
-from conversion import gemma4_map
-from conversion import lora_map
+from training.formats import adapter
+from training.formats import gemma4_map
+from training.formats import lora_map
 from conversion import merge as merge_lib
-from conversion import orbax_lora
+from training.formats import orbax_lora
 from conversion import outputs
-from tools import config_cli
-from training.common import base_model as base_model_lib
+from tools.common import config_cli
+from training.formats import base_model as base_model_lib
 from training.common import run_dir as run_dir_lib
-
-# Bad input, reported as one line.
-USER_ERRORS = (run_dir_lib.RunDirError, base_model_lib.BaseModelError, gemma4_map.MappingError,
-               lora_map.LoraMapError, merge_lib.MergeError, orbax_lora.NoLoraError,
-               outputs.OutputExists, adapter.AdapterError)
 
 
 def checkpoint_dir(run_dir, step=None):

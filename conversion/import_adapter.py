@@ -18,13 +18,14 @@ from absl import app
 from absl import flags
 from absl import logging as absl_logging
 
-from conversion import adapter
-from conversion import gemma4_map
-from conversion import lora_map
-from conversion import orbax_lora
+from training.formats import adapter
+from training.formats import gemma4_map
+from training.formats import lora_map
+from training.formats import orbax_lora
 from conversion import outputs
-from tools import config_cli
-from training.common import base_model
+from tools.common import cli
+from tools.common import config_cli
+from training.formats import base_model
 from training.common import run_dir as run_dir_lib
 
 _ADAPTER = flags.DEFINE_string("adapter", None, "PEFT adapter directory.")
@@ -32,6 +33,7 @@ _BASE_MODEL = flags.DEFINE_string("base_model", None, "Base HF directory or Hub 
                                   "adapter's base_model_name_or_path by default).")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where to write the Orbax LoRA state.")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an existing --output_dir.")
+flags.mark_flags_as_required(["adapter", "output_dir"])
 
 
 def import_adapter(adapter_dir, base, output_dir, overwrite=False):
@@ -52,20 +54,14 @@ def import_adapter(adapter_dir, base, output_dir, overwrite=False):
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    if not _ADAPTER.value or not _OUTPUT_DIR.value:
-        raise app.UsageError("--adapter and --output_dir are required")
     absl_logging.set_verbosity(absl_logging.WARNING)
     base = _BASE_MODEL.value
     if base and os.path.exists(config_cli.user_path(base)):
         base = config_cli.user_path(base)
-    try:
-        out = import_adapter(config_cli.user_path(_ADAPTER.value), base,
-                             config_cli.user_path(_OUTPUT_DIR.value), _OVERWRITE.value)
-    except (adapter.AdapterError, lora_map.LoraMapError, base_model.BaseModelError,
-            gemma4_map.MappingError, outputs.OutputExists) as e:
-        raise SystemExit(f"error: {e}") from None
+    out = import_adapter(config_cli.user_path(_ADAPTER.value), base,
+                         config_cli.user_path(_OUTPUT_DIR.value), _OVERWRITE.value)
     print(json.dumps({"orbax_lora": out}))
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

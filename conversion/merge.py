@@ -20,13 +20,14 @@ import collections
 import concurrent.futures
 import json
 import os
-import re
 import shutil
 
 import torch
 
 from conversion import safetensors_stream
-from training.common import base_model
+from tools.common import cli
+from training.formats import base_model
+from training.formats import lora_map
 
 INDEX = "model.safetensors.index.json"
 BLOCK_ELEMENTS = 1 << 23  # rows read and written at once: 16 MiB of bf16
@@ -34,31 +35,16 @@ TILE_ROWS, TILE_COLUMNS = 1024, 2048  # a float32 tile of 8 MiB stays in the las
 COMPUTE_THREADS = 8  # at most; each runs torch single-threaded
 READ_AHEAD = 1 << 26  # bytes of the base requested from the disk ahead of use
 _COPY_CHUNK = 1 << 24  # untouched bytes are copied (and handed to the disk) in these
-_PEFT = re.compile(r"^base_model\.model\.(?P<module>.+)\.lora_(?P<which>[AB])\.weight$")
 
 
-class MergeError(ValueError):
+class MergeError(cli.UserError):
     """Factors that do not fit the base checkpoint, named by tensor."""
-
-
-def weight_deltas(peft_factors):
-    """{HF weight name: (A, B)} from PEFT factor names."""
-    pairs = {}
-    for name, value in peft_factors.items():
-        match = _PEFT.match(name)
-        if not match:
-            raise MergeError(f"unexpected adapter tensor {name}")
-        pairs.setdefault(match.group("module") + ".weight", {})[match.group("which")] = value
-    for weight, pair in pairs.items():
-        if set(pair) != {"A", "B"}:
-            raise MergeError(f"{weight}: the adapter lacks lora_{({'A', 'B'} - set(pair)).pop()}")
-    return {weight: (pair["A"], pair["B"]) for weight, pair in pairs.items()}
 
 
 def merge(base_dir, out_dir, peft_factors, alpha, progress=None):
     """Writes the merged checkpoint into `out_dir` (an existing, empty directory)."""
     files = base_model.safetensors_files(base_dir)
-    deltas = weight_deltas(peft_factors)
+    deltas = lora_map.weight_factors(peft_factors)
     absent = sorted(set(deltas) - set(files))
     if absent:
         raise MergeError(f"the base checkpoint has no tensor {absent[0]} "

@@ -11,6 +11,7 @@ from safetensors.torch import save_file
 
 from conversion import merge
 from conversion import safetensors_stream
+from training.formats import lora_map
 
 RANK = 4
 
@@ -126,7 +127,7 @@ class MergeTest(absltest.TestCase):
             with self.assertRaisesRegex(merge.MergeError, message):
                 merge.merge(base, out, _peft(factors), alpha=8.0)
         lone_a = {k: v for k, v in _peft({"q.weight": _factors(1, 8, 16)}).items() if "_A" in k}
-        with self.assertRaisesRegex(merge.MergeError, "q.weight: the adapter lacks lora_B"):
+        with self.assertRaisesRegex(lora_map.LoraMapError, "q.weight: the adapter lacks lora_B"):
             merge.merge(base, out, lone_a, alpha=8.0)
 
     def test_a_failed_write_stops_the_merge_and_closes_every_file(self):

@@ -10,8 +10,10 @@ import os
 import shutil
 import tempfile
 
+from tools.common import cli
 
-class OutputExists(FileExistsError):
+
+class OutputExists(cli.UserError):
     pass
 
 

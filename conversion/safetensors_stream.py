@@ -16,6 +16,8 @@ import struct
 
 import torch
 
+from tools.common import cli
+
 DTYPES = {
     "BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32,
     "F64": torch.float64, "I64": torch.int64, "I32": torch.int32, "I16": torch.int16,
@@ -23,7 +25,7 @@ DTYPES = {
 }
 
 
-class SafetensorsError(ValueError):
+class SafetensorsError(cli.UserError):
     pass
 
 

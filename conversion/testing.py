@@ -3,21 +3,9 @@
 import json
 import os
 
-import numpy as np
-
-from conversion import orbax_lora
-from tools import config_cli
+from training.formats import orbax_lora
+from tools.common import config_cli
 from training.common import run_dir as run_dir_lib
-from training.tpu import model as model_lib
-
-
-def random_factors(dims, lora_config, seed=0, scale=0.05):
-    """Qwix LoRA factors for `dims` with non-zero B, shaped as the TPU stack makes them."""
-    shapes = {name: variable.shape for name, variable in
-              model_lib.lora_names(model_lib.abstract_model(dims, "float32", lora_config)).items()}
-    rng = np.random.default_rng(seed)
-    return {name: (scale * rng.standard_normal(shape)).astype(np.float32)
-            for name, shape in sorted(shapes.items())}
 
 
 def fake_run(run_dir, base_dir, config, factors, step=10):

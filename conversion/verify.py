@@ -16,14 +16,13 @@ import numpy as np
 from absl import app
 from absl import flags
 
+from tools.common import cli
+
 _RUN_DIR = flags.DEFINE_string("run_dir", None, "The TPU run that was exported.")
 _EXPORT_DIR = flags.DEFINE_string("export_dir", None, "--output_dir of a --format=both export.")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest).")
 _TOLERANCE = flags.DEFINE_float("tolerance", 1e-4, "Largest allowed |logit difference|.")
-
-TUNIX_TO_HF = {"q_einsum": ["q_proj"], "kv_einsum": ["k_proj", "v_proj"], "k_einsum": ["k_proj"],
-               "attn_vec_einsum": ["o_proj"], "gate_proj": ["gate_proj"], "up_proj": ["up_proj"],
-               "down_proj": ["down_proj"]}
+flags.mark_flags_as_required(["run_dir", "export_dir"])
 
 
 def tokens(vocab, length=48, seed=0):
@@ -34,13 +33,14 @@ def tunix_logits(base_dir, dims, qwix_factors, alpha, ids):
     import jax  # pylint: disable=import-outside-toplevel
     import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
     from ml_collections import config_dict  # pylint: disable=import-outside-toplevel
-    from conversion import lora_map  # pylint: disable=import-outside-toplevel
+    from training.formats import gemma4_map  # pylint: disable=import-outside-toplevel
+    from training.formats import lora_map  # pylint: disable=import-outside-toplevel
     from training.tpu import model as model_lib  # pylint: disable=import-outside-toplevel
     from training.tpu import train_step  # pylint: disable=import-outside-toplevel
     modules = {name.split(".")[3] for name in qwix_factors}
     lora = config_dict.ConfigDict({
         "rank": lora_map.rank_of(qwix_factors), "alpha": alpha, "dropout": 0.0,
-        "target_modules": sorted({m for t in modules for m in TUNIX_TO_HF[t]})})
+        "target_modules": gemma4_map.hf_lora_modules(modules)})
     mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:1]).reshape(1, 1), ("fsdp", "tp"))
     model = model_lib.load(base_dir, dims, mesh, "float32", lora)
     model_lib.set_lora(model, qwix_factors)
@@ -78,13 +78,16 @@ def main(argv):
     from absl import logging as absl_logging  # pylint: disable=import-outside-toplevel
     absl_logging.set_verbosity(absl_logging.WARNING)
     from conversion import exporting  # pylint: disable=import-outside-toplevel
-    from conversion import gemma4_map  # pylint: disable=import-outside-toplevel
-    from conversion import orbax_lora  # pylint: disable=import-outside-toplevel
-    from tools import config_cli  # pylint: disable=import-outside-toplevel
-    from training.common import base_model  # pylint: disable=import-outside-toplevel
+    from training.formats import gemma4_map  # pylint: disable=import-outside-toplevel
+    from training.formats import orbax_lora  # pylint: disable=import-outside-toplevel
+    from tools.common import config_cli  # pylint: disable=import-outside-toplevel
+    from training.formats import base_model  # pylint: disable=import-outside-toplevel
     run_dir = config_cli.user_path(_RUN_DIR.value)
     export_dir = config_cli.user_path(_EXPORT_DIR.value)
-    with open(os.path.join(export_dir, "adapter", "provenance.json")) as f:
+    provenance_path = os.path.join(export_dir, "adapter", "provenance.json")
+    if not os.path.exists(provenance_path):
+        raise cli.UserError(f"{export_dir} is not a --format=both export (no {provenance_path})")
+    with open(provenance_path) as f:
         provenance = json.load(f)
     _, step_dir = exporting.checkpoint_dir(run_dir, _STEP.value or provenance["step"])
     base_dir = provenance["base_dir"]
@@ -95,9 +98,9 @@ def main(argv):
     print(json.dumps(differences, indent=2))
     worst = max(differences.values())
     if worst > _TOLERANCE.value:
-        raise SystemExit(f"error: logits differ by {worst:.3g} > {_TOLERANCE.value}")
+        raise cli.UserError(f"logits differ by {worst:.3g} > {_TOLERANCE.value}")
     print(f"OK: all three agree within {worst:.3g} (tolerance {_TOLERANCE.value})")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -28,7 +28,8 @@ from data import codev
 from data import packing
 from data import pipeline
 from data import tokenizer as tokenizer_lib
-from tools import config_cli
+from tools.common import cli
+from tools.common import config_cli
 
 _ROWS = flags.DEFINE_integer("rows", 2000, "Synthetic rows.")
 _MAX_SEQ_LEN = flags.DEFINE_integer("max_seq_len", 3072, "Sequence length.")
@@ -109,4 +110,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -21,12 +21,14 @@ import re
 
 import numpy as np
 
+from tools.common import cli
+
 # Private-use code points: no template changes them, no data set contains them.
 _SENTINEL = "\ue000{}\ue001"
 _SENTINEL_RE = re.compile("\ue000(\\d+)\ue001")
 
 
-class TemplateError(ValueError):
+class TemplateError(cli.UserError):
     """The chat template cannot be used to derive assistant masks."""
 
 

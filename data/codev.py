@@ -17,6 +17,8 @@ import json
 import os
 import re
 
+from tools.common import cli
+
 FIELDS = ("system", "prompt", "response")
 SAMPLE = "sample"
 SAMPLE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sample",
@@ -42,8 +44,16 @@ _CODE = re.compile(r"```(?:verilog|systemverilog|sv|v)?\s*\n.*?\bmodule\b.*?```|
                    r"\bmodule\b.*?\bendmodule\b", re.DOTALL | re.IGNORECASE)
 
 
-class DataError(Exception):
-    """A data source that cannot be used at all (as opposed to a bad row)."""
+class DataError(cli.UserError):
+    """A data source or data config that cannot be used at all (not a bad row)."""
+
+
+class SkipRow(Exception):
+    """A row that cannot become an example; counted under `reason`, never fatal."""
+
+    def __init__(self, reason):
+        super().__init__(reason)
+        self.reason = reason
 
 
 @dataclasses.dataclass(frozen=True)
@@ -134,11 +144,11 @@ def read_rows(source, data_file="codev_r1_sft.jsonl", max_rows=0):
 
 
 def split_response(response):
-    """(reasoning, answer) of a response; raises ValueError(reason) if malformed."""
+    """(reasoning, answer) of a response; raises SkipRow(reason) if malformed."""
     if "<think>" in response:
         match = _THINK.match(response)
         if not match:
-            raise ValueError(UNCLOSED_THINK)
+            raise SkipRow(UNCLOSED_THINK)
         reasoning, answer = match.group(1).strip(), match.group(2)
     else:
         reasoning, answer = "", response
@@ -147,9 +157,9 @@ def split_response(response):
         answer = wrapped.group(1)
     answer = answer.strip()
     if not answer:
-        raise ValueError(EMPTY)
+        raise SkipRow(EMPTY)
     if not _CODE.search(answer):
-        raise ValueError(NO_CODE)
+        raise SkipRow(NO_CODE)
     return reasoning, answer
 
 
@@ -158,13 +168,13 @@ def assistant_content(reasoning, answer, policy):
         return answer
     if policy == "keep_thinking":
         return f"<|channel>thought\n{reasoning}<channel|>{answer}"
-    raise ValueError(f"unknown response policy {policy!r}; one of {RESPONSE_POLICIES}")
+    raise DataError(f"unknown response policy {policy!r}; one of {RESPONSE_POLICIES}")
 
 
 def to_messages(row, response_policy="strip_thinking", system_policy="drop"):
-    """The chat messages of a row; raises ValueError(reason) for a bad response."""
+    """The chat messages of a row; raises SkipRow(reason) for a bad response."""
     if system_policy not in SYSTEM_POLICIES:
-        raise ValueError(f"unknown system policy {system_policy!r}; one of {SYSTEM_POLICIES}")
+        raise DataError(f"unknown system policy {system_policy!r}; one of {SYSTEM_POLICIES}")
     reasoning, answer = split_response(row.response)
     messages = []
     if system_policy == "keep" and row.system.strip():

@@ -86,8 +86,9 @@ class ResponseTest(absltest.TestCase):
             "<think>x</think>\n<answer>Just prose, no design.</answer>": codev.NO_CODE,
         }
         for response, reason in cases.items():
-            with self.assertRaisesRegex(ValueError, f"^{reason}$"):
+            with self.assertRaises(codev.SkipRow) as raised:
                 codev.split_response(response)
+            self.assertEqual(raised.exception.reason, reason)
 
     def test_policies(self):
         row = codev.Row(1, "Be terse.", "Write inv.", testing.GOOD_RESPONSE)
@@ -98,7 +99,7 @@ class ResponseTest(absltest.TestCase):
         self.assertEqual([m["role"] for m in kept], ["system", "user", "assistant"])
         self.assertTrue(kept[-1]["content"].startswith(
             "<|channel>thought\nAn inverter is one assign.<channel|>Here it is."))
-        with self.assertRaisesRegex(ValueError, "unknown response policy"):
+        with self.assertRaisesRegex(codev.DataError, "unknown response policy"):
             codev.to_messages(row, "keep_everything")
 
 

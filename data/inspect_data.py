@@ -18,7 +18,8 @@ from data import codev
 from data import packing
 from data import pipeline
 from data import tokenizer as tokenizer_lib
-from tools import config_cli
+from tools.common import cli
+from tools.common import config_cli
 
 _DEFAULTS = pipeline.default_config()
 _INPUT = flags.DEFINE_string(
@@ -98,10 +99,7 @@ def main(argv):
     spec = _TOKENIZER.value
     if spec != tokenizer_lib.EMBEDDED and os.path.exists(config_cli.user_path(spec)):
         spec = config_cli.user_path(spec)
-    try:
-        result = figures(config, tokenizer_lib.load(spec))
-    except codev.DataError as e:
-        raise SystemExit(f"error: {e}") from None
+    result = figures(config, tokenizer_lib.load(spec))
     print(format_text(result))
     if _OUTPUT_JSON.value:
         path = config_cli.user_path(_OUTPUT_JSON.value)
@@ -109,10 +107,10 @@ def main(argv):
             json.dump(result, out, indent=2)
         os.replace(path + ".tmp", path)
     if result["trained_tokens"] == 0:
-        raise SystemExit(
-            f"error: no token would be trained ({result['rows_read']} rows read, "
+        raise codev.DataError(
+            f"no token would be trained ({result['rows_read']} rows read, "
             f"{result['kept']} kept, dropped {result['dropped']})")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -58,7 +58,7 @@ class Report:
 def encode_rows(rows, encoder, config, progress=None):
     """Encodes `Row`/`Skip` items into examples; bad rows are counted, never raised."""
     if config.long_rows not in LONG_ROW_POLICIES:
-        raise ValueError(f"long_rows must be one of {LONG_ROW_POLICIES}, got {config.long_rows!r}")
+        raise codev.DataError(f"long_rows must be one of {LONG_ROW_POLICIES}, got {config.long_rows!r}")
     report = Report()
     examples = []
     pending = []  # (row number, messages)
@@ -89,10 +89,8 @@ def encode_rows(rows, encoder, config, progress=None):
             continue
         try:
             messages = codev.to_messages(item, config.response_policy, config.system_policy)
-        except ValueError as e:
-            if str(e) not in codev.SKIP_REASONS:
-                raise
-            report.drop(item.number, str(e))
+        except codev.SkipRow as skip:
+            report.drop(item.number, skip.reason)
             continue
         pending.append((item.number, messages))
         if len(pending) >= _CHUNK:

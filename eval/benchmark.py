@@ -37,7 +37,8 @@ from eval import judge as judge_lib
 from eval import problems as problems_lib
 from eval import repo_paths
 from eval import scoring
-from tools import config_cli
+from tools.common import cli
+from tools.common import config_cli
 
 _CONFIG = config_cli.define_config_flag(__file__)
 _REPEAT = flags.DEFINE_integer("repeat", 5, "Times each reference is judged.")
@@ -204,4 +205,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -37,6 +37,7 @@ import tempfile
 import time
 
 from eval import sandbox as sandbox_lib
+from tools.common import cli
 
 COMPILE_FLAGS = ("-Wall", "-Winfloop", "-Wno-timescale", "-g2012", "-s", "tb")
 SAMPLE, TEST, REF = "sample.sv", "test.sv", "ref.sv"
@@ -235,7 +236,7 @@ def tool_prefix(path):
     return os.path.dirname(os.path.dirname(path))
 
 
-class JudgeError(RuntimeError):
+class JudgeError(cli.UserError):
     """The judge itself failed (not the sample): the sandbox did not run."""
 
 

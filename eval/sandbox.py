@@ -37,6 +37,8 @@ import signal
 import subprocess
 import time
 
+from tools.common import cli
+
 BWRAP = "bwrap"
 NONE = "none"
 KINDS = (BWRAP, NONE)
@@ -47,7 +49,7 @@ _STDERR_CAP = 64 << 10
 LIMITS_FAILED = 125
 
 
-class SandboxError(RuntimeError):
+class SandboxError(cli.UserError):
     """The sandbox cannot run here (tool missing, namespaces refused)."""
 
 

@@ -35,7 +35,8 @@ from eval import prompts
 from eval import repo_paths
 from eval import sampling
 from eval import scoring
-from tools import config_cli
+from tools.common import cli
+from tools.common import config_cli
 
 _CONFIG = config_cli.define_config_flag(__file__)
 
@@ -205,4 +206,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

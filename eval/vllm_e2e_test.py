@@ -21,7 +21,7 @@ import urllib.request
 from absl.testing import absltest
 
 from data import tokenizer as tokenizer_lib
-from training.common import tiny_model
+from training.formats import tiny_model
 
 IDS = ["Prob001_zero", "Prob005_notgate", "Prob007_wire"]
 MODEL_NAME = "tiny-gemma4"

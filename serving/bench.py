@@ -23,7 +23,8 @@ from serving import launcher
 from serving import plots
 from serving import server_config
 from serving import sweep as sweep_lib
-from tools import config_cli
+from tools.common import cli
+from tools.common import config_cli
 
 _CONFIG = config_cli.define_config_flag(__file__)
 _BASE_URL = flags.DEFINE_string("base_url", None, "A running server (default: start one).")
@@ -37,7 +38,7 @@ _SERVER_JSON = flags.DEFINE_string("server_json", None, "server.json of the --ba
 _SWEEP = flags.DEFINE_string("sweep", None, "LENGTHS x RATES, e.g. 512,1024x1,4,inf.")
 _OUTPUT_LEN = flags.DEFINE_integer("output_len", None, "Output tokens per request.")
 _NUM_PROMPTS = flags.DEFINE_integer("num_prompts", None, "Requests per point.")
-_LABEL = flags.DEFINE_string("label", None, "Name of this run in plots (default: hardware).")
+_LABEL = flags.DEFINE_string("label", None, "Name of this run in plots (default: the machine).")
 _OUT_DIR = flags.DEFINE_string("out_dir", "runs/bench", "Where results go.")
 
 ENTRY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_bench_main.py")
@@ -59,7 +60,7 @@ def run(config, out_dir, *, base_url=None, model=None, adapters=None, tokenizer=
     adapters = adapters or {}
     try:
         if base_url is None:
-            model_path = launcher.resolve_model(model, out_dir)
+            model_path = launcher.resolve_model(config, model, out_dir)
             server, record = launcher.launch(config, model_path, adapters, "127.0.0.1",
                                              _free_port(), os.path.join(out_dir, "server"),
                                              echo=echo)
@@ -67,7 +68,7 @@ def run(config, out_dir, *, base_url=None, model=None, adapters=None, tokenizer=
             served = next(iter(adapters), model_path)
             tokenizer = tokenizer or model_path
         else:
-            record = {"hardware": config.hardware, "base_url": base_url,
+            record = {"machine": config.machine, "base_url": base_url,
                       "settings": "unknown: pass --server_json"}
             if server_json:
                 with open(server_json) as f:
@@ -76,7 +77,7 @@ def run(config, out_dir, *, base_url=None, model=None, adapters=None, tokenizer=
             record.setdefault("vllm_version", version)
             served = model or models[0]
             tokenizer = tokenizer or record.get("model") or served
-        record = {**record, "label": label or record.get("hardware"), "benchmarked": served}
+        record = {**record, "label": label or record.get("machine"), "benchmarked": served}
         return sweep_lib.sweep(
             python=launcher.serve_python(config), entry=ENTRY, base_url=base_url, model=served,
             tokenizer=tokenizer, input_lens=lengths or tuple(config.sweep.input_lens),
@@ -85,7 +86,7 @@ def run(config, out_dir, *, base_url=None, model=None, adapters=None, tokenizer=
             num_prompts=num_prompts or config.sweep.num_prompts,
             num_warmups=config.sweep.num_warmups, seed=config.sweep.seed,
             max_model_len=config.max_model_len, out_dir=out_dir, record=record,
-            dollars_per_hour=config.dollars_per_hour, timeout_s=config.sweep.request_timeout_s)
+            dollars_per_hour=server_config.dollars_per_hour(config), timeout_s=config.sweep.request_timeout_s)
     finally:
         if server is not None:
             server.stop()
@@ -96,18 +97,15 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     out_dir = config_cli.user_path(_OUT_DIR.value)
     lengths = rates = None
-    try:
-        if _SWEEP.value:
-            lengths, rates = sweep_lib.parse_sweep(_SWEEP.value)
-        summary = run(
-            _CONFIG.value, out_dir, base_url=_BASE_URL.value, model=_MODEL.value,
-            adapters=launcher.parse_adapters(launcher.user_adapter_paths(_ADAPTER.value)),
-            tokenizer=_TOKENIZER.value and config_cli.user_path(_TOKENIZER.value),
-            server_json=_SERVER_JSON.value and config_cli.user_path(_SERVER_JSON.value),
-            lengths=lengths, rates=rates, output_len=_OUTPUT_LEN.value,
-            num_prompts=_NUM_PROMPTS.value, label=_LABEL.value)
-    except (sweep_lib.SweepError, server_config.ConfigError, launcher.ServerError) as e:
-        raise SystemExit(f"error: {e}") from None
+    if _SWEEP.value:
+        lengths, rates = sweep_lib.parse_sweep(_SWEEP.value)
+    summary = run(
+        _CONFIG.value, out_dir, base_url=_BASE_URL.value, model=_MODEL.value,
+        adapters=launcher.parse_adapters(launcher.user_adapter_paths(_ADAPTER.value)),
+        tokenizer=_TOKENIZER.value and config_cli.user_path(_TOKENIZER.value),
+        server_json=_SERVER_JSON.value and config_cli.user_path(_SERVER_JSON.value),
+        lengths=lengths, rates=rates, output_len=_OUTPUT_LEN.value,
+        num_prompts=_NUM_PROMPTS.value, label=_LABEL.value)
     for path in plots.plot([out_dir], os.path.join(out_dir, "plots")):
         print(f"plot: {path}")
     for length, figures in summary["input_lengths"].items():
@@ -116,8 +114,8 @@ def main(argv):
               f"{figures['peak_output_tok_s']} output tok/s"
               + (f", ${cost:.2f} per 1M output tokens" if cost else ""))
     if not summary["complete"]:
-        raise SystemExit(f"error: the sweep is partial (see {out_dir}/summary.json)")
+        raise cli.UserError(f"the sweep is partial (see {out_dir}/summary.json)")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

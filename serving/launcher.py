@@ -25,11 +25,15 @@ import urllib.error
 import urllib.request
 
 from serving import server_config
+from tools.common import cli
+from tools.common import config_cli
+from training.formats import adapter as adapter_lib
+from training.formats import base_model
 
 _API_MODULE = "vllm.entrypoints.openai.api_server"
 
 
-class ServerError(RuntimeError):
+class ServerError(cli.UserError):
     """The server could not start, died, or did not answer in time."""
 
 
@@ -61,7 +65,7 @@ def command(config, model, adapters, host, port, served_model_name=None):
         for path in [model, *adapters.values()]:
             if os.path.isdir(path):
                 mounts += ["-v", f"{os.path.abspath(path)}:{os.path.abspath(path)}:ro"]
-        device = ["--privileged"] if config.hardware.startswith("tpu") else ["--gpus", "all"]
+        device = ["--privileged"] if config.machine.startswith("tpu") else ["--gpus", "all"]
         envs = [item for k, v in env.items() for item in ("-e", f"{k}={v}")]
         return ["docker", "run", "--rm", "--net=host", "--shm-size=16g", *device, *mounts,
                 *envs, "-e", "HF_TOKEN", config.image, "vllm", "serve", *args], {}
@@ -166,8 +170,7 @@ def parse_adapters(values):
         if not sep or not name or not path:
             raise server_config.ConfigError(f"--adapter must be NAME=DIR, got {value!r}")
         path = os.path.abspath(path)
-        if not os.path.exists(os.path.join(path, "adapter_config.json")):
-            raise server_config.ConfigError(f"{path} holds no adapter_config.json")
+        adapter_lib.read_config(path)  # a LoRA adapter, or a clear error
         adapters[name] = path
     return adapters
 
@@ -180,9 +183,10 @@ def launch(config, model, adapters, host, port, run_dir, served_model_name=None,
     import json  # pylint: disable=import-outside-toplevel
     argv, env = command(config, model, adapters, host, port, served_model_name)
     os.makedirs(run_dir, exist_ok=True)
-    record = {"hardware": config.hardware, "model": model, "adapters": adapters,
+    record = {"machine": config.machine, "model": model, "adapters": adapters,
               "base_url": f"http://{host}:{port}", "command": printable(argv, env),
-              "settings": config.to_dict(), "dollars_per_hour": config.dollars_per_hour}
+              "settings": config.to_dict(),
+              "dollars_per_hour": server_config.dollars_per_hour(config)}
     print(f"starting vLLM: {record['command']}", flush=True)
     server = Server(argv, env, log_path=os.path.join(run_dir, "server.log"), echo=echo).start()
     try:
@@ -200,19 +204,33 @@ def launch(config, model, adapters, host, port, run_dir, served_model_name=None,
     return server, record
 
 
-def resolve_model(name, run_dir):
-    """A local directory for local names; Hub ids pass through (vLLM downloads them)."""
-    from training.common import base_model  # pylint: disable=import-outside-toplevel
-    from tools import config_cli  # pylint: disable=import-outside-toplevel
-    if not name:
-        return base_model.resolve(base_model.TINY, run_dir)
-    path = config_cli.user_path(name)
-    return path if os.path.exists(path) else name
+def resolve_model(config, name, run_dir):
+    """A local directory for local names; Hub ids pass through (vLLM downloads them).
+
+    Without a name: a tiny random Gemma 4 in run_dir, written by the vLLM
+    environment's own interpreter (torch is vLLM's dependency, not ours).
+    """
+    if name:
+        path = config_cli.user_path(name)
+        return path if os.path.exists(path) else name
+    path = base_model.tiny_dir(run_dir)
+    if not os.path.exists(os.path.join(path, "config.json")):
+        os.makedirs(run_dir, exist_ok=True)
+        # This file is <root>/serving/launcher.py, in the source or a runfiles tree
+        # that also holds the tiny model's sources (//training/formats:tiny_model_sources).
+        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        done = subprocess.run(
+            [serve_python(config), "-m", "training.formats.tiny_model", path],
+            env={**os.environ, "PYTHONPATH": root, "HF_HUB_OFFLINE": "1"},
+            capture_output=True, text=True, check=False)
+        if done.returncode:
+            raise ServerError(f"could not write the tiny default model at {path}:\n"
+                              f"{done.stderr[-2000:]}")
+    return path
 
 
 def user_adapter_paths(values):
     """NAME=DIR flags with DIR made absolute against the user's directory."""
-    from tools import config_cli  # pylint: disable=import-outside-toplevel
     out = []
     for value in values:
         name, sep, path = value.partition("=")

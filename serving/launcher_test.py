@@ -7,6 +7,7 @@ from absl.testing import absltest
 
 from serving import launcher
 from serving import server_config
+from training.formats import adapter
 from serving.configs import cpu
 from serving.configs import h100x2
 from serving.configs import v6e8
@@ -31,7 +32,8 @@ class CommandTest(absltest.TestCase):
         gpu_args = server_config.vllm_args(gpu, "m", {}, "0.0.0.0", 8000)
         self.assertEqual(gpu_args[gpu_args.index("--tensor-parallel-size") + 1], "2")
         self.assertEqual(gpu_args[gpu_args.index("--attention-backend") + 1], "TRITON_ATTN")
-        self.assertEqual((tpu.dollars_per_hour, gpu.dollars_per_hour), (21.52, 22.12))
+        self.assertEqual((server_config.dollars_per_hour(tpu), server_config.dollars_per_hour(gpu)),
+                         (21.52, 22.12))
 
     def test_lora_flags_and_rank_check(self):
         tmp = self.create_tempdir().full_path
@@ -66,8 +68,20 @@ class CommandTest(absltest.TestCase):
         self.assertEqual(launcher.parse_adapters([f"x={_adapter(tmp, 8)}"]), {"x": tmp})
         with self.assertRaisesRegex(server_config.ConfigError, "NAME=DIR"):
             launcher.parse_adapters([tmp])
-        with self.assertRaisesRegex(server_config.ConfigError, "no adapter_config.json"):
+        with self.assertRaisesRegex(adapter.AdapterError, "no adapter_config.json"):
             launcher.parse_adapters([f"x={self.create_tempdir().full_path}"])
+
+    def test_default_model_is_written_without_torch_here(self):
+        run_dir = self.create_tempdir().full_path
+        config = cpu.get_config()
+        config.python = sys.executable  # any interpreter with torch and transformers
+        path = launcher.resolve_model(config, None, run_dir)
+        with open(os.path.join(path, "config.json")) as f:
+            self.assertIn("Gemma4ForCausalLM", json.load(f)["architectures"])
+        self.assertTrue(os.path.exists(os.path.join(path, "tokenizer_config.json")))
+        self.assertEqual(launcher.resolve_model(config, None, run_dir), path)  # written once
+        # The serving binary's own process never imported torch.
+        self.assertNotIn("torch", sys.modules)
 
 
 class ServerProcessTest(absltest.TestCase):

@@ -11,6 +11,8 @@ import os
 from absl import app
 from absl import flags
 
+from tools.common import cli
+
 _RUNS = flags.DEFINE_list("runs", None, "Sweep output directories (each with summary.json).")
 _OUT = flags.DEFINE_string("out", "plots", "Where to write the PNG files.")
 
@@ -20,7 +22,7 @@ FIGURES = (("output_throughput", "output tokens/s", "throughput.png"),
 
 def _label(summary, path):
     record = summary.get("record", {})
-    return record.get("label") or record.get("hardware") or os.path.basename(path.rstrip("/"))
+    return record.get("label") or record.get("machine") or os.path.basename(path.rstrip("/"))
 
 
 def plot(run_dirs, out_dir):
@@ -69,11 +71,11 @@ def _load(path):
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from tools import config_cli  # pylint: disable=import-outside-toplevel
+    from tools.common import config_cli  # pylint: disable=import-outside-toplevel
     for path in plot([config_cli.user_path(r) for r in _RUNS.value],
                      config_cli.user_path(_OUT.value)):
         print(path)
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

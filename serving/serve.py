@@ -12,15 +12,14 @@ streams here and into RUN_DIR/server.log. SIGINT or SIGTERM stops it cleanly.
 """
 
 import signal
-import sys
 import time
 
 from absl import app
 from absl import flags
 
 from serving import launcher
-from serving import server_config
-from tools import config_cli
+from tools.common import cli
+from tools.common import config_cli
 
 _CONFIG = config_cli.define_config_flag(__file__)
 _MODEL = flags.DEFINE_string("model", None, "Model directory or Hub id (default: a tiny "
@@ -37,16 +36,13 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     run_dir = config_cli.user_path(_RUN_DIR.value)
     config_cli.write_resolved_config(_CONFIG.value, run_dir)
-    try:
-        adapters = launcher.parse_adapters(launcher.user_adapter_paths(_ADAPTERS.value))
-        model = launcher.resolve_model(_MODEL.value, run_dir)
-        stop = []
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, lambda *_: stop.append(True))
-        server, record = launcher.launch(_CONFIG.value, model, adapters, _HOST.value,
-                                         _PORT.value, run_dir, _SERVED_NAME.value)
-    except (server_config.ConfigError, launcher.ServerError) as e:
-        raise SystemExit(f"error: {e}") from None
+    adapters = launcher.parse_adapters(launcher.user_adapter_paths(_ADAPTERS.value))
+    model = launcher.resolve_model(_CONFIG.value, _MODEL.value, run_dir)
+    stop = []
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.append(True))
+    server, record = launcher.launch(_CONFIG.value, model, adapters, _HOST.value,
+                                     _PORT.value, run_dir, _SERVED_NAME.value)
     print(f"vLLM {record.get('vllm_version')} ready at {record['base_url']}/v1 "
           f"(model {model}{', adapters ' + ', '.join(adapters) if adapters else ''}); "
           "Ctrl-C stops it", flush=True)
@@ -56,10 +52,9 @@ def main(argv):
     finally:
         server.stop()
     if not stop:
-        print(f"error: vLLM exited with code {server.process.returncode}:\n"
-              f"{server.log_tail()}", file=sys.stderr)
-        raise SystemExit(1)
+        raise launcher.ServerError(f"vLLM exited with code {server.process.returncode}:\n"
+                                   f"{server.log_tail()}")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -2,14 +2,17 @@
 
 One config per machine (serving/configs/): how vLLM runs there (`venv`: the
 `serve` virtualenv's python; `docker`: a pinned vLLM image), its engine
-settings, LoRA limits, the benchmark sweep and the machine's price.
+settings, LoRA limits and the benchmark sweep. The machine's price comes from
+the machine table (`dollars_per_hour`).
 """
-
-import os
 
 from ml_collections import config_dict
 
-# The reference's images (RECIPE.md). Tags, not digests: pin them by digest
+from tools.common import cli
+from tools.common import machines
+from training.formats import adapter
+
+# The reference's images (training/common/recipe.md). Tags, not digests: pin them by digest
 # (IMAGE@sha256:...) before a comparison run; the record of every run stores
 # what it used.
 IMAGES = {"tpu": "vllm/vllm-tpu:gemma4", "gpu": "vllm/vllm-openai:v0.20.2"}
@@ -19,10 +22,9 @@ def env(values):
     return config_dict.ConfigDict(values)
 
 
-def base(*, hardware, tensor_parallel_size, max_model_len, dollars_per_hour=0.0):
+def base(*, machine, tensor_parallel_size, max_model_len):
     c = config_dict.ConfigDict()
-    c.hardware = hardware
-    c.dollars_per_hour = dollars_per_hour
+    c.machine = machine  # a name in tools/common/machines.py: chips, $/hour
     c.runtime = "venv"  # or "docker"
     c.image = ""
     c.python = ""  # venv runtime: default $G4_SERVE_PYTHON, else .venvs/serve/bin/python3
@@ -49,18 +51,13 @@ def base(*, hardware, tensor_parallel_size, max_model_len, dollars_per_hour=0.0)
     return c
 
 
-class ConfigError(ValueError):
+class ConfigError(cli.UserError):
     """A serving request that cannot work with this config (named precisely)."""
 
 
-def adapter_rank(adapter_dir):
-    import json  # pylint: disable=import-outside-toplevel
-    path = os.path.join(adapter_dir, "adapter_config.json")
-    try:
-        with open(path) as f:
-            return int(json.load(f)["r"])
-    except (OSError, KeyError, ValueError) as e:
-        raise ConfigError(f"cannot read the LoRA rank from {path}: {e}") from None
+def dollars_per_hour(config):
+    """The on-demand price of the config's machine (None when the table has none)."""
+    return machines.get(config.machine).dollars_per_hour
 
 
 def vllm_args(config, model, adapters, host, port, served_model_name=None):
@@ -79,7 +76,7 @@ def vllm_args(config, model, adapters, host, port, served_model_name=None):
         args += ["--attention-backend", config.attention_backend]
     if adapters:
         for name, path in adapters.items():
-            rank = adapter_rank(path)
+            rank = adapter.read_config(path)["r"]
             if rank > config.max_lora_rank:
                 raise ConfigError(f"adapter {name} has rank {rank} > max_lora_rank "
                                   f"{config.max_lora_rank}; raise --config.max_lora_rank")

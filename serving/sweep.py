@@ -3,7 +3,7 @@ benchmark, then a summary with saturation points and cost.
 
 Every point writes `points/in{L}_rate{R}.json`: vLLM's result (output tok/s,
 request throughput, TTFT / TPOT / ITL / E2EL medians and P99, failures) plus
-the run's record (model, adapter, hardware, vLLM version, server settings).
+the run's record (model, adapter, machine, vLLM version, server settings).
 A point that fails is written too, with its reason; when the server stops
 answering, the remaining points are marked unrun and the summary `partial`.
 """
@@ -16,13 +16,15 @@ import time
 import urllib.error
 import urllib.request
 
+from tools.common import cli
+
 PERCENTILES = "50,99"
 METRICS = "ttft,tpot,itl,e2el"
 # The rate beyond which throughput gains < 5% or median TTFT explodes (> 3x).
 THROUGHPUT_GAIN, TTFT_BLOWUP = 1.05, 3.0
 
 
-class SweepError(RuntimeError):
+class SweepError(cli.UserError):
     """The sweep cannot start (unreachable server, bad request)."""
 
 

@@ -31,7 +31,7 @@ class SweepTest(absltest.TestCase):
         self.assertEqual(sweep.saturation(rising), (None, 200))
 
     def test_cost(self):
-        # RECIPE.md: $21.52/h at 1206 output tok/s is $4.95 per 1M output tokens.
+        # training/common/recipe.md: $21.52/h at 1206 output tok/s is $4.95 per 1M output tokens.
         self.assertAlmostEqual(sweep.cost_per_million_output_tokens(21.52, 1206), 4.957,
                                places=3)
         self.assertIsNone(sweep.cost_per_million_output_tokens(0, 100))

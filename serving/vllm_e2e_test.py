@@ -20,7 +20,7 @@ from serving import launcher
 from serving import sweep
 from serving.configs import cpu
 from serving.bench import ENTRY
-from training.common import tiny_model
+from training.formats import tiny_model
 
 PROMPT = [{"role": "user", "content": "Write a 2-to-1 multiplexer in Verilog."}]
 
@@ -114,7 +114,7 @@ class VllmEndToEndTest(absltest.TestCase):
                 self.assertIsNotNone(point[key], key)
         with open(os.path.join(out, "points", "in32_rate4.json")) as f:
             record = json.load(f)["record"]
-        self.assertEqual(record["hardware"], "cpu")
+        self.assertEqual(record["machine"], "cpu")
         self.assertEqual(record["adapters"], {"codev": self.adapter})
         self.assertTrue(record["vllm_version"])
         self.assertEqual(record["settings"]["max_model_len"], 2048)

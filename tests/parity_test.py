@@ -14,9 +14,9 @@ import sys
 import numpy as np
 from absl.testing import absltest
 
-from conversion import adapter
-from conversion import lora_map
-from conversion import orbax_lora
+from training.formats import adapter
+from training.formats import lora_map
+from training.formats import orbax_lora
 from training.common import hparams
 from training.tpu import testing as tpu_testing  # 8 CPU devices
 # pylint: disable=wrong-import-order

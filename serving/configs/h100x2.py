@@ -6,8 +6,8 @@ from serving import server_config
 
 
 def get_config():
-    c = server_config.base(hardware="gpu-h100x2", tensor_parallel_size=2, max_model_len=17408,
-                           dollars_per_hour=22.12)
+    c = server_config.base(machine="gpu-h100x2", tensor_parallel_size=2,
+                           max_model_len=17408)
     c.runtime = "docker"
     c.image = server_config.IMAGES["gpu"]
     c.attention_backend = "TRITON_ATTN"

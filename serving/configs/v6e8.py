@@ -7,8 +7,8 @@ from serving import server_config
 
 
 def get_config():
-    c = server_config.base(hardware="tpu-v6e-8", tensor_parallel_size=8, max_model_len=17408,
-                           dollars_per_hour=21.52)
+    c = server_config.base(machine="tpu-v6e-8", tensor_parallel_size=8,
+                           max_model_len=17408)
     c.runtime = "docker"
     c.image = server_config.IMAGES["tpu"]
     c.kv_cache_dtype = "fp8_e5m2"

@@ -1,13 +1,12 @@
-"""Report settings: hourly prices of the machines compared (RECIPE.md)."""
+"""Report settings. Prices and peaks come from the machine table
+(tools/common/machines.py), never from here."""
 
 from ml_collections import config_dict
 
 
 def get_config():
     c = config_dict.ConfigDict()
-    c.dollars_per_hour = config_dict.ConfigDict({
-        "tpu-v5p-8": 16.80,
-        "gpu-h100x2": 22.12,
-        "tpu-v6e-8": 21.52,
-    })
+    # Hours of serving the cost-of-ownership table adds to a training run (the
+    # reference quoted 1 h and a day).
+    c.tco_hours = (1.0, 24.0)
     return c

@@ -1,9 +1,10 @@
 """The fine-tuning hyperparameters, the one source both training stacks read.
 
-Values are the reference recipe's (arXiv 2605.25645, see RECIPE.md): LoRA r=64,
-alpha=64, dropout 0.05 on a bf16 base; AdamW (weight decay 0.001) with a linear
-warmup to 1e-4 over 100 steps and cosine decay to 0; effective batch 8; the
-first 10,000 CodeV-R1 rows, one epoch, shuffle seed 42, 3072 tokens.
+Values are the reference recipe's (arXiv 2605.25645, see
+training/common/recipe.md): LoRA r=64, alpha=64, dropout 0.05 on a bf16 base;
+AdamW (weight decay 0.001) with a linear warmup to 1e-4 over 100 steps and
+cosine decay to 0; effective batch 8; the first 10,000 CodeV-R1 rows, one
+epoch, shuffle seed 42, 3072 tokens.
 
 Machine configs (training/{tpu,gpu}/configs/*.py) start from `reference()` and
 change only what the machine dictates (mesh, per-device batch); the CPU default
@@ -13,10 +14,15 @@ configs shrink the run through `tiny()`.
 from ml_collections import config_dict
 
 from data import pipeline
+from tools.common import cli
 
 # LoRA targets in Hugging Face module names. The TPU stack maps them to Tunix
-# names through conversion/names.py (q_einsum, kv_einsum and the K = V global
-# layers' k_einsum, attn_vec_einsum, ...), so both stacks train the same set.
+# names through training/formats/gemma4_map.py (q_einsum, kv_einsum and the K = V
+# global layers' k_einsum, attn_vec_einsum, ...), so both stacks train the same set.
+class RecipeError(cli.UserError):
+    """Hyperparameters that contradict each other."""
+
+
 LORA_TARGET_MODULES = ("q_proj", "k_proj", "v_proj", "o_proj",
                        "gate_proj", "up_proj", "down_proj")
 
@@ -88,7 +94,7 @@ def gradient_accumulation_steps(batch, data_parallel_size):
     """
     per_step = batch.per_device_size * data_parallel_size
     if per_step <= 0 or batch.effective_size % per_step:
-        raise ValueError(
+        raise RecipeError(
             f"effective batch {batch.effective_size} is not a multiple of "
             f"per-device batch {batch.per_device_size} x {data_parallel_size} "
             "data-parallel replicas")

@@ -25,7 +25,7 @@ class HparamsTest(absltest.TestCase):
 
     def test_indivisible_batch_is_rejected(self):
         c = hparams.reference()
-        with self.assertRaisesRegex(ValueError, "not a multiple"):
+        with self.assertRaisesRegex(hparams.RecipeError, "not a multiple"):
             hparams.gradient_accumulation_steps(c.batch, 3)
 
 

@@ -1,7 +1,7 @@
 """The run directory both training stacks write, and conversion reads.
 
     RUN_DIR/
-      config.json        the resolved config (tools/config_cli.py)
+      config.json        the resolved config (tools/common/config_cli.py)
       run.json           what the run used: base model path, stack, effective
                          batch, steps, devices, tool versions
       metrics.jsonl      one JSON object per logged step (`step`, `loss`, ...)
@@ -17,12 +17,13 @@ import json
 import os
 import time
 
+from tools.common import cli
+
 CONFIG = "config.json"
 RUN_INFO = "run.json"
 METRICS = "metrics.jsonl"
 TENSORBOARD = "tensorboard"
 CHECKPOINTS = "checkpoints"
-TINY_BASE = "base_model"
 
 # Per-step metrics, same names on both stacks.
 METRIC_NAMES = (
@@ -31,7 +32,7 @@ METRIC_NAMES = (
 )
 
 
-class RunDirError(Exception):
+class RunDirError(cli.UserError):
     """A run directory that cannot be used."""
 
 

@@ -2,15 +2,8 @@
 
 from ml_collections import config_dict
 
-# Per-device figures of the machines the configs name (public spec sheets).
-HARDWARE = {
-    "cpu": dict(name="cpu", peak_tflops_per_device=0.0),
-    "h100": dict(name="gpu-h100", peak_tflops_per_device=989.0),  # dense bf16
-    "h200": dict(name="gpu-h200", peak_tflops_per_device=989.0),
-}
 
-
-def gpu_config(recipe, *, model, dtype, num_processes, hardware, dollars_per_hour=0.0):
+def gpu_config(recipe, *, model, dtype, num_processes, machine):
     """`recipe` (training/common/hparams.py) plus the GPU stack's machine fields."""
     c = recipe
     c.model = config_dict.ConfigDict({
@@ -19,10 +12,11 @@ def gpu_config(recipe, *, model, dtype, num_processes, hardware, dollars_per_hou
         "attn_implementation": "sdpa"})
     # Data-parallel processes (GPUs), launched by the binary through torchrun.
     c.num_processes = num_processes
-    # FSDP full shard with activation checkpointing (c.remat) when > 1 process.
-    c.fsdp = num_processes > 1
-    c.hardware = config_dict.ConfigDict(HARDWARE[hardware])
-    c.hardware.dollars_per_hour = dollars_per_hour
+    # FSDP full shard with activation checkpointing (c.remat). Unset: decided at
+    # run time, on when more than one process runs; True/False force it.
+    c.fsdp = config_dict.placeholder(bool)
+    # A name in tools/common/machines.py: peak FLOP/s per GPU (MFU).
+    c.machine = machine
     c.log_every = 1
     c.max_steps = 0  # 0: the whole data set
     return c

@@ -17,7 +17,8 @@ from absl import app
 from absl import flags
 from absl import logging as absl_logging
 
-from tools import config_cli
+from tools.common import cli
+from tools.common import config_cli
 
 _CONFIG = config_cli.define_config_flag(__file__)
 _WORKDIR = flags.DEFINE_string(
@@ -59,13 +60,10 @@ def main(argv):
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("training").setLevel(logging.INFO)
     from training.gpu import trainer  # pylint: disable=import-outside-toplevel
-    try:
-        step = trainer.train(config, workdir)
-    except (*trainer.USER_ERRORS, trainer.CheckpointMismatch) as e:
-        raise SystemExit(f"error: {e}") from None
+    step = trainer.train(config, workdir)
     if int(os.environ.get("RANK", "0")) == 0:
         print(f"trained to step {step}; run directory {workdir}")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

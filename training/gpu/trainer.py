@@ -14,32 +14,27 @@ What makes it comparable number for number with the TPU stack:
     einsum whose LoRA has one A, so here v_proj's lora_A is tied to k_proj's.
 """
 
+import json
 import logging
 import os
-import signal
 import time
 
 import torch
 import transformers
 from transformers import TrainerCallback
 
-from conversion import gemma4_map
-from data import pipeline
 from data import views
-from tools import config_cli
-from training.common import base_model
-from training.common import flops
-from training.common import hparams
+from tools.common import cli
+from training.common import lifecycle
 from training.common import run_dir as run_dir_lib
+from training.formats import gemma4_map
 
 log = logging.getLogger("training.gpu")
 ADAPTER = "adapter"  # the final PEFT adapter, under the run directory
-USER_ERRORS = (run_dir_lib.RunDirError, base_model.BaseModelError, gemma4_map.MappingError,
-               pipeline.codev.DataError, pipeline.chat.TemplateError)
 
 
-class CheckpointMismatch(ValueError):
-    """A checkpoint made with another LoRA rank, alpha or targets."""
+class WrongProcessCount(cli.UserError):
+    pass
 
 
 def world():
@@ -84,41 +79,33 @@ def order_buffers(model):
     return model
 
 
-def check_checkpoints(output_dir, config):
-    """Refuses to resume from checkpoints made with another LoRA shape."""
+def check_checkpoints(output_dir, run):
+    """The newest Trainer checkpoint, refused if made with another LoRA shape."""
     last = transformers.trainer_utils.get_last_checkpoint(output_dir) \
         if os.path.isdir(output_dir) else None
     if last is None:
         return None
-    import json  # pylint: disable=import-outside-toplevel
     with open(os.path.join(last, "adapter_config.json")) as f:
         saved = json.load(f)
-    for key, want in (("r", config.lora.rank), ("lora_alpha", float(config.lora.alpha))):
-        if saved.get(key) != want:
-            raise CheckpointMismatch(f"checkpoint {last} was made with {key}={saved.get(key)}, "
-                                     f"this run has {want}; use another --workdir")
+    expected = run.lora_meta
+    lifecycle.check_compatible({"lora_rank": saved.get("r"), "lora_alpha": saved.get("lora_alpha")},
+                               {k: expected[k] for k in ("lora_rank", "lora_alpha")}, last)
     return last
 
 
 class _RunCallback(TrainerCallback):
     """Metrics with the TPU stack's names (metrics.jsonl + TensorBoard), and SIGTERM."""
 
-    def __init__(self, workdir, step_tokens, flops_per_token, peak_flops, devices, enabled):
-        self._workdir, self._step_tokens = workdir, step_tokens
-        self._flops, self._peak, self._devices = flops_per_token, peak_flops, devices
+    def __init__(self, run, step_tokens, chips, enabled):
+        self._run, self._step_tokens, self._chips = run, step_tokens, chips
         self._enabled = enabled
         self._writer = None
         self._started = None
         self._elapsed = 0.0
-        self.preempted = False
-        signal.signal(signal.SIGTERM, self._on_sigterm)
-
-    def _on_sigterm(self, signum, frame):
-        del signum, frame
-        self.preempted = True
+        self.preemption = lifecycle.Preemption()
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self._writer = run_dir_lib.MetricsWriter(self._workdir, resume_step=state.global_step,
+        self._writer = run_dir_lib.MetricsWriter(self._run.workdir, resume_step=state.global_step,
                                                  enabled=self._enabled)
 
     def on_step_begin(self, args, state, control, **kwargs):
@@ -126,24 +113,19 @@ class _RunCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self._elapsed = time.time() - self._started
-        if self.preempted:
+        if self.preemption.stop():
             control.should_save = True
             control.should_training_stop = True
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or "loss" not in logs:
             return
-        step = state.global_step
-        trained, tokens = self._step_tokens[step - 1]
-        elapsed = self._elapsed or 1e-9
-        self._writer.write({
-            "step": step, "loss": float(logs["loss"]),
-            "learning_rate": float(logs.get("learning_rate", 0.0)),
-            "grad_norm": float(logs["grad_norm"]) if logs.get("grad_norm") is not None else None,
-            "trained_tokens": trained, "tokens": tokens,
-            "trained_tokens_per_s": trained / elapsed, "tokens_per_s": tokens / elapsed,
-            "step_time_s": elapsed,
-            "mfu": flops.mfu(tokens / elapsed, self._flops, self._devices, self._peak)})
+        trained, tokens = self._step_tokens[state.global_step - 1]
+        self._writer.write(lifecycle.step_record(
+            self._run, step=state.global_step, loss=logs["loss"],
+            learning_rate=logs.get("learning_rate", 0.0), grad_norm=logs.get("grad_norm"),
+            trained_tokens=trained, tokens=tokens, seconds=self._elapsed or 1e-9,
+            chips=self._chips))
 
     def on_train_end(self, args, state, control, **kwargs):
         if self._writer is not None:
@@ -160,89 +142,51 @@ def step_token_counts(sequences, per_step):
     return counts
 
 
-def _wait_for(path, timeout=600):
-    deadline = time.time() + timeout
-    while not os.path.exists(path):
-        if time.time() > deadline:
-            raise base_model.BaseModelError(f"timed out waiting for {path}")
-        time.sleep(0.5)
-
-
 def train(config, workdir):
     """Runs (or resumes) `config` in `workdir`; returns the last optimizer step."""
     processes, rank = world()
     if processes != config.num_processes:
-        raise ValueError(f"config.num_processes={config.num_processes} but {processes} "
-                         "processes are running")
-    accumulation = hparams.gradient_accumulation_steps(config.batch, processes)
-    if rank == 0:
-        run_dir_lib.prepare(workdir)
-        config_cli.write_resolved_config(config, workdir)
-        base_dir = base_model.resolve(config.model.name, workdir, seed=config.seed)
-    else:
-        _wait_for(os.path.join(workdir, run_dir_lib.CONFIG))
-        if config.model.name == base_model.TINY:
-            _wait_for(os.path.join(workdir, run_dir_lib.TINY_BASE, "config.json"))
-        base_dir = base_model.resolve(config.model.name, workdir, seed=config.seed)
-    hf_config = base_model.read_config(base_dir)
-    dims = gemma4_map.Dims.from_hf_config(hf_config)
-    base_model.safetensors_files(base_dir)  # every shard opens, or a clear error
+        raise WrongProcessCount(f"config.num_processes={config.num_processes} but {processes} "
+                                "processes are running")
+    run = lifecycle.start(config, workdir, stack="gpu", is_main=rank == 0,
+                          barrier=lambda: lifecycle.wait_for_main(workdir, config),
+                          data_parallel=processes)
     output_dir = os.path.join(workdir, run_dir_lib.CHECKPOINTS)
-    resume = check_checkpoints(output_dir, config)
+    resume = check_checkpoints(output_dir, run)
     if config.data.packing and config.model.attn_implementation == "sdpa":
-        raise ValueError("packing on the GPU stack needs varlen attention "
-                         "(config.model.attn_implementation='flash_attention_2')")
+        raise cli.UserError("packing on the GPU stack needs varlen attention "
+                            "(config.model.attn_implementation='flash_attention_2')")
+    log.info(lifecycle.load_data(run))
 
-    tokenizer = transformers.AutoTokenizer.from_pretrained(base_dir)
-    prepared = pipeline.prepare(config.data, tokenizer)
-    dataset = views.hf_dataset(prepared.sequences)
-    per_step = config.batch.per_device_size * accumulation * processes
-    step_tokens = step_token_counts(prepared.sequences, per_step)
-    total_steps = len(step_tokens)
-    if config.max_steps:
-        total_steps = min(total_steps, config.max_steps)
-    if total_steps == 0:
-        raise ValueError(f"{len(dataset)} sequences make no step of {per_step}")
-    log.info("data: %d rows kept of %d read, %d sequences, %d steps of %d x %d x %d",
-             prepared.report.kept, prepared.report.rows_read, len(dataset), total_steps,
-             config.batch.per_device_size, accumulation, processes)
-
-    model = _model(config, base_dir, dims)
-    on_gpu = torch.cuda.is_available()
+    fsdp = processes > 1 if config.fsdp is None else config.fsdp
+    model = _model(config, run.base_dir, run.dims)
+    args = training_args(config, output_dir, processes, run.accumulation, run.total_steps,
+                         on_gpu=torch.cuda.is_available(), rank=rank, fsdp=fsdp)
+    callback = _RunCallback(run, step_token_counts(run.prepared.sequences,
+                                                   config.batch.effective_size),
+                            chips=processes, enabled=rank == 0)
     from trl import SFTTrainer  # pylint: disable=import-outside-toplevel
-    args = training_args(config, output_dir, processes, accumulation, total_steps,
-                         on_gpu=torch.cuda.is_available(), rank=rank)
-    lora_modules = gemma4_map.tunix_lora_modules(config.lora.target_modules)
-    callback = _RunCallback(
-        workdir, step_tokens,
-        flops.flops_per_token(dims, config.data.max_seq_len, config.lora.rank, lora_modules),
-        config.hardware.peak_tflops_per_device * 1e12, processes, enabled=rank == 0)
-    trainer = SFTTrainer(model=model, args=args, train_dataset=dataset,
-                         data_collator=views.collate, processing_class=tokenizer,
+    trainer = SFTTrainer(model=model, args=args, train_dataset=views.hf_dataset(
+                             run.prepared.sequences),
+                         data_collator=views.collate, processing_class=run.tokenizer,
                          callbacks=[callback])
     if rank == 0:
-        run_dir_lib.write_json(os.path.join(workdir, run_dir_lib.RUN_INFO), {
-            "stack": "gpu", "base_model": base_dir, "model_name": config.model.name,
-            "total_steps": total_steps, "accumulation_steps": accumulation,
-            "per_device_batch": config.batch.per_device_size,
-            "effective_batch": per_step, "seq_len": config.data.max_seq_len,
-            "processes": processes, "fsdp": bool(trainer.is_fsdp_enabled),
-            "device_kind": torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            "lora": {"lora_rank": config.lora.rank, "lora_alpha": float(config.lora.alpha),
-                     "lora_targets": sorted(config.lora.target_modules)},
-            "versions": {n: importlib_version(n) for n in
-                         ("torch", "transformers", "trl", "peft", "accelerate")}})
+        lifecycle.write_run_info(
+            run, devices=processes, processes=processes,
+            device_kind=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
+            parallelism={"data": processes, "tensor": 1, "fsdp": bool(trainer.is_fsdp_enabled)})
     if resume:
         log.info("resuming from %s", resume)
     trainer.train(resume_from_checkpoint=resume)
-    if callback.preempted:
+    if callback.preemption.requested:
         log.warning("SIGTERM: saved a checkpoint at step %d, exiting", trainer.state.global_step)
     elif rank == 0:
         trainer.save_model(os.path.join(workdir, ADAPTER))
     return trainer.state.global_step
 
 
-def training_args(config, output_dir, processes, accumulation, total_steps, on_gpu, rank=0):
+def training_args(config, output_dir, processes, accumulation, total_steps, on_gpu, rank=0,
+                  fsdp=False):
     """The SFTConfig of a run: the recipe's hyperparameters, our data, FSDP when asked.
 
     FSDP (version 2, one unit per decoder layer, activation checkpointing when
@@ -251,7 +195,7 @@ def training_args(config, output_dir, processes, accumulation, total_steps, on_g
     """
     from trl import SFTConfig  # pylint: disable=import-outside-toplevel
     fsdp_args = {}
-    if config.fsdp:
+    if fsdp:
         fsdp_args = dict(fsdp=True, fsdp_config={
             "version": 2, "transformer_layer_cls_to_wrap": ["Gemma4TextDecoderLayer"],
             "activation_checkpointing": bool(config.remat), "reshard_after_forward": True})
@@ -266,17 +210,12 @@ def training_args(config, output_dir, processes, accumulation, total_steps, on_g
         save_total_limit=config.checkpoints_to_keep, seed=config.seed, data_seed=config.seed,
         bf16=config.model.dtype == "bfloat16", use_cpu=not on_gpu,
         ddp_backend="gloo" if processes > 1 and not on_gpu else None,
-        gradient_checkpointing=bool(config.remat) and not config.fsdp,
+        gradient_checkpointing=bool(config.remat) and not fsdp,
         gradient_checkpointing_kwargs={"use_reentrant": False},
         train_sampling_strategy="sequential", dataloader_drop_last=True,
         dataset_kwargs={"skip_prepare_dataset": True}, remove_unused_columns=False,
         max_length=None, report_to=[], disable_tqdm=rank != 0,
         average_tokens_across_devices=True, **fsdp_args)
-
-
-def importlib_version(name):
-    import importlib.metadata  # pylint: disable=import-outside-toplevel
-    return importlib.metadata.version(name)
 
 
 def _model(config, base_dir, dims):
@@ -295,11 +234,10 @@ def _model(config, base_dir, dims):
     tie_fused_kv(model, dims)
     if config.lora.init_from:
         # A PEFT adapter directory, e.g. the TPU stack's export (parity tests).
-        from conversion import adapter as adapter_lib  # pylint: disable=import-outside-toplevel
+        from training.formats import adapter as adapter_lib  # pylint: disable=import-outside-toplevel
         factors, saved = adapter_lib.read(config.lora.init_from)
-        if saved["r"] != config.lora.rank:
-            raise CheckpointMismatch(f"{config.lora.init_from} has r={saved['r']}, this run "
-                                     f"has {config.lora.rank}")
+        lifecycle.check_compatible({"lora_rank": saved["r"]}, {"lora_rank": config.lora.rank},
+                                   config.lora.init_from)
         state = {k: torch.as_tensor(v) for k, v in factors.items()}
         result = set_peft_model_state_dict(model, state)
         if getattr(result, "unexpected_keys", None):

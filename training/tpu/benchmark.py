@@ -18,11 +18,12 @@ import numpy as np
 from absl import app
 from absl import flags
 
-from conversion import gemma4_map
+from training.formats import gemma4_map
 from data import chat
 from data import packing
-from tools import config_cli
-from training.common import base_model
+from tools.common import cli
+from tools.common import config_cli
+from training.formats import base_model
 from training.common import hparams
 from training.tpu import mesh_plan
 from training.tpu import trainer
@@ -105,4 +106,4 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -13,9 +13,7 @@ import jax
 import orbax.checkpoint as ocp
 from grain import checkpoint as grain_checkpoint
 
-
-class CheckpointMismatch(ValueError):
-    """A checkpoint made with another model, LoRA rank or targets."""
+from training.common import lifecycle
 
 
 def manager(directory, keep, every_steps):
@@ -38,14 +36,6 @@ def _abstract(tree):
         lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), tree)
 
 
-def check_meta(saved, expected, where):
-    for key, value in expected.items():
-        if key != "step" and saved.get(key) != value:
-            raise CheckpointMismatch(
-                f"checkpoint {where} was made with {key}={saved.get(key)!r}, this run has "
-                f"{value!r}; use another --workdir or the original config")
-
-
 def check_latest(checkpoints, expected_meta):
     """Refuses a newest checkpoint made with another model or LoRA shape (cheap:
     reads its metadata only, so it runs before any weight is loaded)."""
@@ -53,7 +43,7 @@ def check_latest(checkpoints, expected_meta):
     if step is not None:
         meta = checkpoints.restore(
             step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))["meta"]
-        check_meta(meta, expected_meta, f"{checkpoints.directory}/{step}")
+        lifecycle.check_compatible(meta, expected_meta, f"{checkpoints.directory}/{step}")
 
 
 def restore_latest(checkpoints, lora, opt_state, data_iterator):

@@ -13,9 +13,10 @@ import dataclasses
 
 from training.common.flops import lora_parameter_count
 from training.common.flops import parameter_count
+from tools.common import cli
 
 
-class MeshError(ValueError):
+class MeshError(cli.UserError):
     """A mesh that cannot shard the model, or a run that cannot fit."""
 
 

@@ -2,7 +2,7 @@ import time
 
 from absl.testing import absltest
 
-from conversion import gemma4_map
+from training.formats import gemma4_map
 from training.common import hparams
 from training.common import flops
 from training.tpu import mesh_plan
@@ -59,7 +59,7 @@ class MeshPlanTest(absltest.TestCase):
 
     def test_reference_mfu_is_about_five_percent(self):
         per_token = flops.flops_per_token(GEMMA4_31B, 3072, 64, TARGETS)
-        # RECIPE.md: 763 tok/s on 4 v5p chips (459 TFLOP/s each) is ~5% MFU.
+        # training/common/recipe.md: 763 tok/s on 4 v5p chips (459 TFLOP/s each) is ~5% MFU.
         self.assertAlmostEqual(flops.mfu(763, per_token, 4, 459e12), 0.056, delta=0.005)
 
 

@@ -3,7 +3,7 @@
 The model is built abstractly (shapes and shardings only, Qwix's LoRA factors
 included), then every array is created directly in its final sharding: base
 weights stream tensor by tensor from the safetensors shards through the one
-name/shape map (conversion/gemma4_map.py), so a host never holds more than one
+name/shape map (training/formats/gemma4_map.py), so a host never holds more than one
 tensor beyond its own shards. Every Tunix parameter must be filled and every
 text-model tensor used; vision-tower tensors of multimodal checkpoints are
 skipped.
@@ -27,8 +27,8 @@ from flax import nnx
 from safetensors import safe_open
 from tunix.models.gemma4 import model as gemma4
 
-from conversion import gemma4_map
-from training.common import base_model
+from training.formats import gemma4_map
+from training.formats import base_model
 from training.tpu import sharding as sharding_lib
 
 _SKIPPED_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.", "model.embed_vision.",

@@ -13,7 +13,8 @@ from absl import app
 from absl import flags
 from absl import logging as absl_logging
 
-from tools import config_cli
+from tools.common import cli
+from tools.common import config_cli
 
 _CONFIG = config_cli.define_config_flag(__file__)
 _WORKDIR = flags.DEFINE_string(
@@ -28,12 +29,9 @@ def main(argv):
     logging.getLogger("training").setLevel(logging.INFO)
     from training.tpu import trainer  # pylint: disable=import-outside-toplevel
     workdir = config_cli.user_path(_WORKDIR.value)
-    try:
-        step = trainer.train(_CONFIG.value, workdir)
-    except trainer.USER_ERRORS as e:
-        raise SystemExit(f"error: {e}") from None
+    step = trainer.train(_CONFIG.value, workdir)
     print(f"trained to step {step}; run directory {workdir}")
 
 
 if __name__ == "__main__":
-    app.run(main)
+    cli.run(main)

@@ -9,9 +9,9 @@ import jax
 jax.config.update("jax_num_cpu_devices", 8)
 
 # pylint: disable=wrong-import-position
-from conversion import gemma4_map
+from training.formats import gemma4_map
 from data import tokenizer as tokenizer_lib
-from training.common import tiny_model
+from training.formats import tiny_model
 
 _TOKENIZER = []
 
@@ -61,3 +61,14 @@ def batch(rng, accumulation, micro_batch, seq_len, vocab, segments_per_row=2):
     return {"input_ids": rng.integers(5, vocab, shape).astype(np.int32),
             "loss_mask": loss_mask.astype(np.int32), "segment_ids": segment_ids,
             "positions": positions}
+
+
+def random_factors(dims, lora_config, seed=0, scale=0.05):
+    """Qwix LoRA factors for `dims` with non-zero B, shaped as the TPU stack makes them."""
+    from training.tpu import model as model_lib  # pylint: disable=import-outside-toplevel
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    shapes = {name: variable.shape for name, variable in
+              model_lib.lora_names(model_lib.abstract_model(dims, "float32", lora_config)).items()}
+    rng = np.random.default_rng(seed)
+    return {name: (scale * rng.standard_normal(shape)).astype(np.float32)
+            for name, shape in sorted(shapes.items())}

@@ -3,8 +3,8 @@
 The batch arrives as [accumulation, micro-batch, T] arrays (data/packing.py's
 fields), and `lax.scan` walks the micro-batches, summing gradients. The loss
 is the cross-entropy summed over trained tokens divided by the trained tokens
-of the *whole effective batch*, the definition both stacks share (RECIPE.md:
-Tunix's default averaged per-micro-batch means instead).
+of the *whole effective batch*, the definition both stacks share
+(training/common/recipe.md: Tunix's default averaged per-micro-batch means instead).
 
 Attention never crosses segments: a token attends to earlier tokens of its own
 segment only, and padding (segment 0) to nothing; positions restart per segment.

@@ -10,7 +10,6 @@ weights loaded and XLA compiles the step.
 import dataclasses
 import logging
 import os
-import signal
 import time
 
 import jax
@@ -20,15 +19,11 @@ from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from conversion import gemma4_map
-from conversion import orbax_lora
-from data import pipeline
 from data import views
-from tools import config_cli
-from training.common import base_model
-from training.common import flops
-from training.common import hparams
+from training.common import lifecycle
 from training.common import run_dir as run_dir_lib
+from training.formats import gemma4_map
+from training.formats import orbax_lora
 from training.tpu import checkpoints as checkpoints_lib
 from training.tpu import mesh_plan
 from training.tpu import model as model_lib
@@ -37,11 +32,6 @@ from training.tpu import sharding
 from training.tpu import train_step
 
 log = logging.getLogger("training.tpu")
-# Bad input, reported as one line rather than a traceback.
-USER_ERRORS = (run_dir_lib.RunDirError, base_model.BaseModelError, mesh_plan.MeshError,
-               checkpoints_lib.CheckpointMismatch, gemma4_map.MappingError,
-               orbax_lora.NoLoraError,
-               pipeline.codev.DataError, pipeline.chat.TemplateError)
 _BYTES = {"bfloat16": 2, "float32": 4}
 
 
@@ -65,44 +55,27 @@ def _sync(name):
         multihost_utils.sync_global_devices(name)
 
 
-def _versions():
-    import importlib.metadata as metadata  # pylint: disable=import-outside-toplevel
-    names = ("jax", "flax", "optax", "orbax-checkpoint", "grain", "qwix", "google-tunix",
-             "transformers")
-    return {name: metadata.version(name) for name in names}
+def _any_process(flag):
+    """True when `flag` is set on any process (every process must save together)."""
+    if jax.process_count() == 1:
+        return flag
+    return bool(np.any(multihost_utils.process_allgather(np.array([flag], np.int32))))
 
 
-class _Preemption:
-    """Remembers a SIGTERM (TPU preemption) until the loop can checkpoint."""
-
-    def __init__(self):
-        self.requested = False
-        signal.signal(signal.SIGTERM, self._handle)
-
-    def _handle(self, signum, frame):
-        del signum, frame
-        self.requested = True
-
-    def agreed(self):
-        """True when any process was asked to stop (every process must save together)."""
-        if jax.process_count() == 1:
-            return self.requested
-        flags = multihost_utils.process_allgather(np.array([self.requested], np.int32))
-        return bool(np.any(flags))
-
-
-def plan(config, dims, num_devices, accumulation):
+def plan(run, num_devices):
+    """Checks the mesh against the model and the HBM estimate against the machine."""
+    config = run.config
     mesh = mesh_plan.Mesh(config.mesh.fsdp, config.mesh.tp)
     micro_batch = config.batch.per_device_size * mesh.fsdp
-    mesh_plan.check(mesh, dims, num_devices, micro_batch)
-    modules = gemma4_map.tunix_lora_modules(config.lora.target_modules)
+    mesh_plan.check(mesh, run.dims, num_devices, micro_batch)
     estimate = mesh_plan.hbm_estimate(
-        dims, mesh, seq_len=config.data.max_seq_len, micro_batch=micro_batch,
+        run.dims, mesh, seq_len=config.data.max_seq_len, micro_batch=micro_batch,
         base_bytes=_BYTES[config.model.dtype], lora_rank=config.lora.rank,
-        tunix_modules=modules, remat=config.remat)
-    hbm = config.hardware.hbm_gib_per_chip * mesh_plan.GIB
+        tunix_modules=gemma4_map.tunix_lora_modules(config.lora.target_modules),
+        remat=config.remat)
+    hbm = run.machine.hbm_bytes_per_chip
     log.info("mesh (fsdp=%d, tp=%d), micro-batch %d x %d accumulation steps; HBM estimate "
-             "per chip:\n%s", mesh.fsdp, mesh.tp, micro_batch, accumulation,
+             "per chip:\n%s", mesh.fsdp, mesh.tp, micro_batch, run.accumulation,
              mesh_plan.format_estimate(estimate, hbm))
     mesh_plan.check_fits(estimate, hbm)
     return mesh, micro_batch
@@ -151,77 +124,35 @@ def build_state(base_dir, dims, mesh, config, total_steps):
                  step)
 
 
-def _checkpoint_meta(config, fingerprint):
-    return {"lora_rank": config.lora.rank, "lora_alpha": float(config.lora.alpha),
-            "lora_targets": sorted(config.lora.target_modules), "base_model": fingerprint}
-
-
 def train(config, workdir):
     """Runs (or resumes) the training run `config` in `workdir`; returns the last step."""
     setup_devices(config)
-    process = jax.process_index()
-    run_dir_lib.prepare(workdir)
-    if process == 0:
-        config_cli.write_resolved_config(config, workdir)
-        base_model.resolve(config.model.name, workdir, seed=config.seed)  # creates the tiny base
-    _sync("base model")
-    base_dir = base_model.resolve(config.model.name, workdir, seed=config.seed)
-    hf_config = base_model.read_config(base_dir)
-    dims = gemma4_map.Dims.from_hf_config(hf_config)
-
-    accumulation = hparams.gradient_accumulation_steps(config.batch, config.mesh.fsdp)
-    mesh_shape, micro_batch = plan(config, dims, jax.device_count(), accumulation)
-    base_files = base_model.safetensors_files(base_dir)  # every shard opens, or a clear error
-    fingerprint = {"config": hf_config.get("_name_or_path") or base_dir,
-                   "tensors": len(base_files), "vocab": dims.vocab, "layers": dims.num_layers}
-
+    run = lifecycle.start(config, workdir, stack="tpu", is_main=jax.process_index() == 0,
+                          barrier=lambda: _sync("base model"), data_parallel=config.mesh.fsdp)
+    mesh_shape, micro_batch = plan(run, jax.device_count())
     checkpoints = checkpoints_lib.manager(
         os.path.join(workdir, run_dir_lib.CHECKPOINTS), config.checkpoints_to_keep,
         config.checkpoint_every_steps)
-    meta = _checkpoint_meta(config, fingerprint)
-    checkpoints_lib.check_latest(checkpoints, meta)
+    checkpoints_lib.check_latest(checkpoints, run.lora_meta)
+    log.info(lifecycle.load_data(run))
 
-    from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
-    tokenizer = AutoTokenizer.from_pretrained(base_dir)
-    prepared = pipeline.prepare(config.data, tokenizer)
-    micro_batches = views.grain_batches(prepared.sequences, micro_batch,
+    state = build_state(run.base_dir, run.dims, make_mesh(mesh_shape), config, run.total_steps)
+    micro_batches = views.grain_batches(run.prepared.sequences, micro_batch,
                                         jax.process_index(), jax.process_count())
-    total_steps = len(micro_batches) // accumulation
-    if config.max_steps:
-        total_steps = min(total_steps, config.max_steps)
-    if total_steps == 0:
-        raise ValueError(f"{len(micro_batches)} micro-batches of {micro_batch} sequences make "
-                         f"no step of {accumulation} accumulation steps: not enough data")
-    log.info("data: %d rows kept of %d read (%s dropped), %d sequences, %d steps",
-             prepared.report.kept, prepared.report.rows_read, dict(prepared.report.dropped),
-             len(prepared.sequences["input_ids"]), total_steps)
-
-    mesh = make_mesh(mesh_shape)
-    state = build_state(base_dir, dims, mesh, config, total_steps)
-    lora, opt_state = state.lora, state.opt_state
-
     data_iterator = iter(micro_batches.to_iter_dataset())
     step = 0
-    restored = checkpoints_lib.restore_latest(checkpoints, lora, opt_state, data_iterator)
+    restored = checkpoints_lib.restore_latest(checkpoints, state.lora, state.opt_state,
+                                              data_iterator)
     if restored:
-        step, lora, opt_state = restored
+        step, state.lora, state.opt_state = restored
         log.info("resumed from checkpoint at step %d", step)
-
-    if process == 0:
-        run_dir_lib.write_json(os.path.join(workdir, run_dir_lib.RUN_INFO), {
-            "stack": "tpu", "base_model": base_dir, "model_name": config.model.name,
-            "total_steps": total_steps, "accumulation_steps": accumulation,
-            "micro_batch": micro_batch, "effective_batch": config.batch.effective_size,
-            "seq_len": config.data.max_seq_len, "mesh": {"fsdp": mesh_shape.fsdp,
-                                                         "tp": mesh_shape.tp},
-            "devices": jax.device_count(), "processes": jax.process_count(),
-            "device_kind": jax.devices()[0].device_kind, "versions": _versions(),
-            "lora": meta, "data": {"rows_read": prepared.report.rows_read,
-                                   "kept": prepared.report.kept,
-                                   "dropped": dict(prepared.report.dropped)}})
-    return _loop(config, workdir, step, total_steps, accumulation, micro_batch, dims,
-                 lora, opt_state, state.base, state.rngs, data_iterator, state.step,
-                 state.batch_sharding, checkpoints, meta)
+    if jax.process_index() == 0:
+        lifecycle.write_run_info(
+            run, devices=jax.device_count(), processes=jax.process_count(),
+            device_kind=jax.devices()[0].device_kind,
+            parallelism={"data": mesh_shape.fsdp, "tensor": mesh_shape.tp,
+                         "fsdp": mesh_shape.fsdp > 1})
+    return _loop(run, state, step, data_iterator, micro_batch, checkpoints)
 
 
 def _global_batch(data_iterator, accumulation, micro_batch, batch_sharding):
@@ -232,48 +163,43 @@ def _global_batch(data_iterator, accumulation, micro_batch, batch_sharding):
         for name, value in local.items()}
 
 
-def _loop(config, workdir, step, total_steps, accumulation, micro_batch, dims, lora, opt_state,
-          base, rngs, data_iterator, step_fns, batch_sharding, checkpoints, meta):
-    process = jax.process_index()
-    writer = run_dir_lib.MetricsWriter(workdir, resume_step=step, enabled=process == 0)
-    preemption = _Preemption()
-    schedule = optimizer_lib.learning_rate_schedule(config.optimizer, total_steps)
-    flops_per_token = flops.flops_per_token(dims, config.data.max_seq_len, config.lora.rank,
-                                      gemma4_map.tunix_lora_modules(config.lora.target_modules))
-    peak = config.hardware.peak_tflops_per_chip * 1e12
+def _loop(run, state, step, data_iterator, micro_batch, checkpoints):
+    config, main = run.config, jax.process_index() == 0
+    writer = run_dir_lib.MetricsWriter(run.workdir, resume_step=step, enabled=main)
+    preemption = lifecycle.Preemption(agree=_any_process)
+    schedule = optimizer_lib.learning_rate_schedule(config.optimizer, run.total_steps)
     seed_key = jax.random.key(config.seed)
+    lora, opt_state = state.lora, state.opt_state
     progress = None
-    if process == 0:
+    if main:
         from tqdm import tqdm  # pylint: disable=import-outside-toplevel
-        progress = tqdm(total=total_steps, initial=step, desc="train", unit="step",
+        progress = tqdm(total=run.total_steps, initial=step, desc="train", unit="step",
                         dynamic_ncols=True)
     try:
-        while step < total_steps:
+        while step < run.total_steps:
             started = time.time()
-            batch = _global_batch(data_iterator, accumulation, micro_batch, batch_sharding)
+            batch = _global_batch(data_iterator, run.accumulation, micro_batch,
+                                  state.batch_sharding)
             key = jax.random.fold_in(seed_key, step)
-            lora, opt_state, metrics = step_fns.train(lora, opt_state, base, rngs, batch, key)
+            lora, opt_state, metrics = state.step.train(lora, opt_state, state.base,
+                                                        state.rngs, batch, key)
             metrics = jax.device_get(metrics)
-            elapsed = time.time() - started
             step += 1
-            record = {
-                "step": step, "loss": float(metrics["loss"]),
-                "learning_rate": float(schedule(step - 1)),
-                "grad_norm": float(metrics["grad_norm"]),
-                "trained_tokens": int(metrics["trained_tokens"]), "tokens": int(metrics["tokens"]),
-                "trained_tokens_per_s": float(metrics["trained_tokens"]) / elapsed,
-                "tokens_per_s": float(metrics["tokens"]) / elapsed, "step_time_s": elapsed,
-                "mfu": flops.mfu(float(metrics["tokens"]) / elapsed, flops_per_token,
-                                 jax.device_count(), peak)}
-            if step % config.log_every == 0 or step == total_steps:
+            record = lifecycle.step_record(
+                run, step=step, loss=metrics["loss"], learning_rate=schedule(step - 1),
+                grad_norm=metrics["grad_norm"], trained_tokens=metrics["trained_tokens"],
+                tokens=metrics["tokens"], seconds=time.time() - started,
+                chips=jax.device_count())
+            if step % config.log_every == 0 or step == run.total_steps:
                 writer.write(record)
             if progress is not None:
                 progress.update(1)
                 progress.set_postfix(loss=f"{record['loss']:.4f}",
                                      tok_s=f"{record['tokens_per_s']:.0f}")
-            stop = preemption.agreed()
+            stop = preemption.stop()
             checkpoints_lib.save(checkpoints, step, lora, opt_state, data_iterator,
-                                 {**meta, "step": step}, force=stop or step == total_steps)
+                                 {**run.lora_meta, "step": step},
+                                 force=stop or step == run.total_steps)
             if stop:
                 log.warning("SIGTERM: saved a checkpoint at step %d, exiting", step)
                 break
@@ -283,4 +209,3 @@ def _loop(config, workdir, step, total_steps, accumulation, micro_batch, dims, l
         if progress is not None:
             progress.close()
     return step
-

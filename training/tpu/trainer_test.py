@@ -10,7 +10,7 @@ import time
 import numpy as np
 from absl.testing import absltest
 
-from conversion import orbax_lora
+from training.formats import orbax_lora
 
 STEPS = 4
 _ARGS = (f"--config.max_steps={STEPS}", "--config.checkpoint_every_steps=2",

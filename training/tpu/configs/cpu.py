@@ -12,4 +12,4 @@ from training.tpu import config_base
 def get_config():
     return config_base.tpu_config(
         hparams.tiny(hparams.reference()), model="tiny-random-gemma4", dtype="float32",
-        fsdp=2, tp=4, hardware="cpu", cpu_devices=8)
+        fsdp=2, tp=4, machine="cpu", cpu_devices=8)

@@ -10,5 +10,5 @@ def get_config():
     c = v5p8.get_config()
     c.mesh.fsdp = 2
     c.distributed.auto = True
-    c.hardware.dollars_per_hour = 2 * 16.80
+    c.machine = "tpu-v5p-16"
     return c

@@ -12,8 +12,10 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
+from tools.common import cli
 
-class NoLoraError(FileNotFoundError):
+
+class NoLoraError(cli.UserError):
     """A checkpoint (or directory) without LoRA factors."""
 
 

@@ -2,8 +2,9 @@
 
 `model.name` in a training config is one of:
   * `tiny-random-gemma4`: the CPU default; a tiny random Gemma 4 (and the
-    embedded tokenizer) written once into the run directory, so that resuming,
-    exporting and serving the run all see the same base;
+    embedded tokenizer) written once into the run directory by
+    `tiny_model.ensure`, so that resuming, exporting and serving the run all
+    see the same base;
   * a local Hugging Face directory (config.json + safetensors);
   * a Hub id such as `google/gemma-4-31B-it`, downloaded on the training VM.
 Checks that need no weights (config, files listed by the index, readable
@@ -13,24 +14,31 @@ shard headers) run here, before any long work.
 import json
 import os
 
+from tools.common import cli
+
 TINY = "tiny-random-gemma4"
+TINY_DIR = "base_model"  # where a run directory keeps its tiny base
 _HUB_PATTERNS = ["*.json", "*.safetensors", "tokenizer*", "*.jinja", "*.model"]
 
 
-class BaseModelError(Exception):
+class BaseModelError(cli.UserError):
     """A base model that cannot be used; the message names the file."""
 
 
-def resolve(name, run_dir, seed=0):
-    """A local directory for the base model `name` (see module docstring)."""
+def tiny_dir(run_dir):
+    return os.path.join(run_dir, TINY_DIR)
+
+
+def resolve(name, run_dir):
+    """A local directory for the base model `name` (see module docstring).
+
+    The tiny base must already exist in `run_dir` (tiny_model.ensure writes it).
+    """
     if name == TINY:
-        path = os.path.join(run_dir, "base_model")
+        path = tiny_dir(run_dir)
         if not os.path.exists(os.path.join(path, "config.json")):
-            from data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
-            from training.common import tiny_model  # pylint: disable=import-outside-toplevel
-            tmp = path + ".tmp"
-            tiny_model.save_tiny_model(tmp, tokenizer_lib.build_tokenizer(), seed=seed)
-            os.replace(tmp, path)
+            raise BaseModelError(f"{run_dir} holds no tiny base model ({path}); the run "
+                                 "that created this directory did not finish setting up")
         return path
     if os.path.isdir(name):
         return os.path.abspath(name)

@@ -135,10 +135,3 @@ def read_resolved_config(run_dir):
         config = config_dict.ConfigDict(json.load(f))
     config.lock()
     return config
-
-
-def report_not_implemented(stage, issue, config, exit_code=1):
-    """For a stage whose implementation has not landed: say so, never pretend."""
-    print(f"{stage}: parsed its config, but the stage itself is not implemented "
-          f"yet (issue #{issue}). Resolved config:\n{config}", file=sys.stderr)
-    raise SystemExit(exit_code)

@@ -7,9 +7,13 @@ Only the sizes shrink. Head dims 64 / 128 are ones vLLM's CPU attention takes.
 
 `save_tiny_model` writes a Hugging Face model directory (config.json,
 model.safetensors, generation_config.json, tokenizer files), the form every
-stage reads a base model in.
+stage reads a base model in; `ensure` writes the one a CPU run starts from.
+Run as a module (`python -m training.formats.tiny_model DIR`) it lets
+another environment write one: the serving binary asks the vLLM environment,
+so that serving itself never imports torch.
 """
 
+import argparse
 import os
 
 import torch
@@ -72,3 +76,25 @@ def save_tiny_model(out_dir, tokenizer, seed=0, dtype=torch.float32, **overrides
     model.generation_config.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return out_dir
+
+
+def ensure(path, seed=0):
+    """Writes the tiny base at `path` unless it is there (atomically); returns path."""
+    from data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
+    if not os.path.exists(os.path.join(path, "config.json")):
+        tmp = f"{path}.tmp{os.getpid()}"
+        save_tiny_model(tmp, tokenizer_lib.build_tokenizer(), seed=seed)
+        os.replace(tmp, path)
+    return path
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Writes a tiny random Gemma 4 HF directory.")
+    parser.add_argument("path", help="the model directory to write")
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    print(ensure(args.path, args.seed))
+
+
+if __name__ == "__main__":
+    main()

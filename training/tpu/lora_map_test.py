@@ -3,8 +3,7 @@ from absl.testing import absltest
 from absl.testing import parameterized
 from ml_collections import config_dict
 
-from conversion import lora_map
-from conversion import testing
+from training.formats import lora_map
 from training.common import hparams
 from training.tpu import testing as tpu_testing
 
@@ -26,7 +25,7 @@ class LoraMapTest(parameterized.TestCase):
     @parameterized.named_parameters(*CONFIGS.items())
     def test_round_trip_is_exact_and_peft_shapes_are_hf(self, overrides):
         _, dims = tpu_testing.tiny_checkpoint(self.create_tempdir().full_path, **overrides)
-        qwix = testing.random_factors(dims, lora_config())
+        qwix = tpu_testing.random_factors(dims, lora_config())
         peft = lora_map.qwix_to_peft(dims, qwix)
         for name, value in peft.items():
             layer = int(name.split(".layers.")[1].split(".")[0])
@@ -49,7 +48,7 @@ class LoraMapTest(parameterized.TestCase):
 
     def test_fused_kv_needs_one_a(self):
         _, dims = tpu_testing.tiny_checkpoint(self.create_tempdir().full_path)
-        peft = lora_map.qwix_to_peft(dims, testing.random_factors(dims, lora_config()))
+        peft = lora_map.qwix_to_peft(dims, tpu_testing.random_factors(dims, lora_config()))
         name = next(n for n in peft if ".layers.0.self_attn.v_proj.lora_A" in n)
         peft[name] = peft[name] + 1.0
         with self.assertRaisesRegex(lora_map.LoraMapError, "layer 0: k_proj and v_proj have "
@@ -61,7 +60,7 @@ class LoraMapTest(parameterized.TestCase):
 
     def test_multimodal_prefix(self):
         _, dims = tpu_testing.tiny_checkpoint(self.create_tempdir().full_path)
-        peft = lora_map.qwix_to_peft(dims, testing.random_factors(dims, lora_config()),
+        peft = lora_map.qwix_to_peft(dims, tpu_testing.random_factors(dims, lora_config()),
                                      "model.language_model.")
         self.assertTrue(all(n.startswith("base_model.model.model.language_model.layers.")
                             for n in peft))

@@ -11,11 +11,13 @@ import numpy as np
 from safetensors.numpy import load_file
 from safetensors.numpy import save_file
 
+from tools.common import cli
+
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"
 
 
-class AdapterError(ValueError):
+class AdapterError(cli.UserError):
     """An adapter directory that cannot be read, named by its file."""
 
 
@@ -38,23 +40,34 @@ def write(out_dir, factors, *, rank, alpha, dropout, modules, base_model, layer_
               os.path.join(out_dir, WEIGHTS), metadata={"format": "pt"})
 
 
+def read_config(adapter_dir):
+    """adapter_config.json of a LoRA adapter, as a dict (no tensor is read)."""
+    path = os.path.join(adapter_dir, CONFIG)
+    try:
+        with open(path) as f:
+            config = json.load(f)
+    except FileNotFoundError:
+        raise AdapterError(f"{adapter_dir} is not an adapter directory (no {CONFIG})") from None
+    except (OSError, ValueError) as e:
+        raise AdapterError(f"cannot read {path}: {e}") from None
+    if not isinstance(config, dict) or config.get("peft_type", "LORA") != "LORA" \
+            or not isinstance(config.get("r"), int):
+        raise AdapterError(f"{path} is not a LoRA adapter config (needs peft_type LORA and r)")
+    return config
+
+
 def read(adapter_dir):
     """(factors {PEFT name: float32 array}, config dict)."""
-    config_path = os.path.join(adapter_dir, CONFIG)
+    config = read_config(adapter_dir)
     weights_path = os.path.join(adapter_dir, WEIGHTS)
-    for path in (config_path, weights_path):
-        if not os.path.exists(path):
-            raise AdapterError(f"missing {path}")
+    if not os.path.exists(weights_path):
+        raise AdapterError(f"missing {weights_path}")
     try:
-        with open(config_path) as f:
-            config = json.load(f)
         factors = load_file(weights_path)
-    except Exception as e:  # JSON and safetensors raise their own types
-        raise AdapterError(f"cannot read {adapter_dir}: {e}") from e
-    if config.get("peft_type", "LORA") != "LORA" or "r" not in config:
-        raise AdapterError(f"{config_path} is not a LoRA adapter config")
+    except Exception as e:  # safetensors raises its own types
+        raise AdapterError(f"cannot read {weights_path}: {e}") from e
     ranks = {v.shape[0] for k, v in factors.items() if ".lora_A." in k}
     if ranks != {config["r"]}:
-        raise AdapterError(f"{config_path} says r={config['r']} but {WEIGHTS} has "
-                           f"lora_A ranks {sorted(ranks)}")
+        raise AdapterError(f"{os.path.join(adapter_dir, CONFIG)} says r={config['r']} but "
+                           f"{WEIGHTS} has lora_A ranks {sorted(ranks)}")
     return {k: v.astype(np.float32) for k, v in factors.items()}, config

@@ -16,14 +16,18 @@ import re
 
 import numpy as np
 
+from tools.common import cli
+
 PEFT_PREFIX = "base_model.model."
 _QWIX = re.compile(r"^layers\.(\d+)\.(attn|mlp)\.(\w+)\.(w|kernel)_lora_([ab])$")
 _PEFT = re.compile(r"^(?P<prefix>.*?)layers\.(?P<layer>\d+)\.(?P<block>self_attn|mlp)\."
                    r"(?P<proj>\w+)\.lora_(?P<which>[AB])\.weight$")
 _MLP = ("gate_proj", "up_proj", "down_proj")
+# Any PEFT LoRA factor: the adapted module's HF name, and which factor.
+_FACTOR = re.compile(rf"^{re.escape(PEFT_PREFIX)}(?P<module>.+)\.lora_(?P<which>[AB])\.weight$")
 
 
-class LoraMapError(ValueError):
+class LoraMapError(cli.UserError):
     """LoRA factors that do not fit the model or cannot be represented exactly."""
 
 
@@ -147,6 +151,20 @@ def peft_to_qwix(dims, peft_factors):
             [k["B"].T.reshape(rank, kv_heads, head_dim),
              v["B"].T.reshape(rank, kv_heads, head_dim)], axis=1)
     return {k: np.ascontiguousarray(v) for k, v in out.items()}
+
+
+def weight_factors(peft_factors):
+    """{HF weight name: (A, B)} of PEFT factors, for merging into that weight."""
+    pairs = {}
+    for name, value in peft_factors.items():
+        match = _FACTOR.match(name)
+        if not match:
+            raise LoraMapError(f"unexpected adapter tensor {name}")
+        pairs.setdefault(match.group("module") + ".weight", {})[match.group("which")] = value
+    for weight, pair in pairs.items():
+        if set(pair) != {"A", "B"}:
+            raise LoraMapError(f"{weight}: the adapter lacks lora_{({'A', 'B'} - set(pair)).pop()}")
+    return {weight: (pair["A"], pair["B"]) for weight, pair in pairs.items()}
 
 
 def target_modules_of(peft_factors):

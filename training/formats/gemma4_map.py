@@ -1,8 +1,8 @@
 """The one name and shape map between Hugging Face Gemma 4 and Tunix Gemma 4.
 
 Every direction goes through here: loading an HF checkpoint into the TPU stack,
-exporting LoRA factors as a PEFT adapter, merging, the reverse PEFT -> Orbax
-conversion and the cross-stack parity test.
+exporting LoRA factors as a PEFT adapter (with lora_map.py), merging, the
+reverse PEFT -> Orbax conversion and the cross-stack parity test.
 
 Base weights (HF `[out, in]` matrices; Tunix einsum layouts):
   embed_tokens [V, D]                  embedder.input_embedding [V, D]
@@ -23,14 +23,16 @@ LoRA factors (PEFT: delta W = B @ A * alpha / r, A [r, in], B [out, r]; Qwix:
   attn_vec     a [N, H, r]  b [r, D]         A = a -> [r, N*H], B = b.T
   mlp kernels  a [in, r]    b [r, out]       A = a.T, B = b.T
 Tunix fuses K and V of sliding layers into one einsum, so Qwix trains one A
-for both while PEFT has one per projection; `lora_to_peft` writes the shared A
-under both names, and `peft_to_lora` needs them equal (see conversion/README).
+for both while PEFT has one per projection; `lora_map.qwix_to_peft` writes the
+shared A under both names, and `lora_map.peft_to_qwix` needs them equal.
 """
 
 import dataclasses
 import re
 
 import numpy as np
+
+from tools.common import cli
 
 HF_PREFIXES = ("model.language_model.", "model.")
 SLIDING, GLOBAL = "sliding_attention", "full_attention"
@@ -46,7 +48,7 @@ TUNIX_LORA_TARGETS = {
 }
 
 
-class MappingError(ValueError):
+class MappingError(cli.UserError):
     """A checkpoint that does not fit the model it is mapped onto."""
 
 
@@ -240,6 +242,12 @@ def tunix_to_hf(dims, path, value):
         else:
             out[hf_name] = value
     return out
+
+
+def hf_lora_modules(tunix_modules):
+    """The HF target modules whose weights the Tunix modules hold (inverse of the below)."""
+    return sorted({hf for hf, tunix in TUNIX_LORA_TARGETS.items()
+                   if any(t in tunix_modules for t in tunix)})
 
 
 def tunix_lora_modules(target_modules):

@@ -1,0 +1,199 @@
+"""The run lifecycle both training stacks share; each trainer adds only its stack.
+
+    run = lifecycle.start(config, workdir, stack="tpu", is_main=..., barrier=...,
+                          data_parallel=...)        # run dir, config.json, base, dims
+    ...                                             # stack checks (mesh, checkpoints)
+    lifecycle.load_data(run)                        # tokens, masks, step count
+    lifecycle.write_run_info(run, ...)              # run.json
+    lifecycle.step_record(run, ...)                 # one metrics.jsonl line
+    lifecycle.Preemption()                          # SIGTERM -> save and exit 0
+
+So both stacks resolve the base, count steps, name metrics, write run.json,
+refuse incompatible checkpoints and handle preemption the same way, and their
+run directories compare key for key (tests/parity_test.py checks it).
+"""
+
+import dataclasses
+import importlib.metadata
+import os
+import signal
+import time
+
+from data import pipeline
+from tools.common import cli
+from tools.common import config_cli
+from tools.common import machines
+from training.common import flops
+from training.common import hparams
+from training.common import run_dir as run_dir_lib
+from training.formats import base_model
+from training.formats import gemma4_map
+
+# The packages whose versions each stack records in run.json.
+VERSIONED_PACKAGES = {
+    "tpu": ("jax", "flax", "optax", "orbax-checkpoint", "grain", "qwix", "google-tunix",
+            "transformers"),
+    "gpu": ("torch", "transformers", "trl", "peft", "accelerate"),
+}
+
+
+class CheckpointMismatch(cli.UserError):
+    """A checkpoint made with another model, LoRA rank, alpha or targets."""
+
+
+class NotEnoughData(cli.UserError):
+    pass
+
+
+@dataclasses.dataclass
+class Run:
+    """What a run is, once its base and data are known; both trainers read it."""
+    config: object
+    workdir: str
+    stack: str
+    base_dir: str
+    dims: gemma4_map.Dims
+    fingerprint: dict  # identifies the base in checkpoints
+    accumulation: int  # micro-steps per optimizer step
+    data_parallel: int  # replicas a global micro-batch is split over
+    machine: machines.Machine
+    tokenizer: object = None
+    prepared: pipeline.Prepared = None
+    total_steps: int = 0
+
+    @property
+    def lora_meta(self):
+        """What a checkpoint must have been made with to resume this run."""
+        lora = self.config.lora
+        return {"lora_rank": lora.rank, "lora_alpha": float(lora.alpha),
+                "lora_targets": sorted(lora.target_modules), "base_model": self.fingerprint}
+
+    @property
+    def flops_per_token(self):
+        return flops.flops_per_token(
+            self.dims, self.config.data.max_seq_len, self.config.lora.rank,
+            gemma4_map.tunix_lora_modules(self.config.lora.target_modules))
+
+
+def wait_for_main(workdir, config, timeout_s=600):
+    """A barrier for processes that share `workdir` before any collective exists:
+    waits until the main process has written the config and the tiny base."""
+    paths = [os.path.join(workdir, run_dir_lib.CONFIG)]
+    if config.model.name == base_model.TINY:
+        paths.append(os.path.join(base_model.tiny_dir(workdir), "config.json"))
+    deadline = time.time() + timeout_s
+    while not all(os.path.exists(p) for p in paths):
+        if time.time() > deadline:
+            raise base_model.BaseModelError(f"timed out waiting for {paths}")
+        time.sleep(0.5)
+
+
+def _materialize_base(config, workdir):
+    if config.model.name == base_model.TINY:
+        from training.formats import tiny_model  # pylint: disable=import-outside-toplevel
+        tiny_model.ensure(base_model.tiny_dir(workdir), seed=config.seed)
+    return base_model.resolve(config.model.name, workdir)
+
+
+def start(config, workdir, *, stack, is_main, barrier, data_parallel):
+    """Run directory, resolved config and base model: what every check needs.
+
+    The main process creates the run directory (and the tiny base of CPU runs);
+    `barrier()` returns once it has; every shard of the base must then open.
+    """
+    run_dir_lib.prepare(workdir)
+    if is_main:
+        config_cli.write_resolved_config(config, workdir)
+        _materialize_base(config, workdir)
+    barrier()
+    base_dir = _materialize_base(config, workdir)  # other hosts may have their own disk
+    hf_config = base_model.read_config(base_dir)
+    dims = gemma4_map.Dims.from_hf_config(hf_config)
+    files = base_model.safetensors_files(base_dir)  # every shard opens, or a clear error
+    fingerprint = {"config": hf_config.get("_name_or_path") or base_dir,
+                   "tensors": len(files), "vocab": dims.vocab, "layers": dims.num_layers}
+    return Run(config=config, workdir=workdir, stack=stack, base_dir=base_dir, dims=dims,
+               fingerprint=fingerprint,
+               accumulation=hparams.gradient_accumulation_steps(config.batch, data_parallel),
+               data_parallel=data_parallel, machine=machines.get(config.machine))
+
+
+def load_data(run):
+    """Tokens and loss masks (data package) and the number of optimizer steps."""
+    from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
+    run.tokenizer = AutoTokenizer.from_pretrained(run.base_dir)
+    run.prepared = pipeline.prepare(run.config.data, run.tokenizer)
+    sequences = len(run.prepared.sequences["input_ids"])
+    steps = sequences // run.config.batch.effective_size  # the last partial step is dropped
+    if run.config.max_steps:
+        steps = min(steps, run.config.max_steps)
+    if steps == 0:
+        raise NotEnoughData(f"{sequences} sequences make no optimizer step of "
+                            f"{run.config.batch.effective_size}: not enough data")
+    run.total_steps = steps
+    report = run.prepared.report
+    return (f"data: {report.kept} rows kept of {report.rows_read} read "
+            f"({dict(report.dropped)} dropped), {sequences} sequences, {steps} steps of "
+            f"{run.config.batch.per_device_size} x {run.accumulation} accumulation x "
+            f"{run.data_parallel} data-parallel")
+
+
+def check_compatible(saved, expected, where):
+    """Refuses to resume from a checkpoint whose `saved` meta differs from `expected`."""
+    for key, value in expected.items():
+        if saved.get(key) != value:
+            raise CheckpointMismatch(
+                f"checkpoint {where} was made with {key}={saved.get(key)!r}, this run has "
+                f"{value!r}; use another --workdir or the original config")
+
+
+def versions(stack):
+    return {name: importlib.metadata.version(name) for name in VERSIONED_PACKAGES[stack]}
+
+
+def write_run_info(run, *, devices, processes, device_kind, parallelism):
+    """run.json: what the run used. The keys are the same on both stacks."""
+    config, report = run.config, run.prepared.report
+    run_dir_lib.write_json(os.path.join(run.workdir, run_dir_lib.RUN_INFO), {
+        "stack": run.stack, "base_model": run.base_dir, "model_name": config.model.name,
+        "machine": run.machine.name, "total_steps": run.total_steps,
+        "accumulation_steps": run.accumulation, "per_device_batch": config.batch.per_device_size,
+        "effective_batch": config.batch.effective_size, "seq_len": config.data.max_seq_len,
+        "packing": bool(config.data.packing), "parallelism": parallelism,
+        "devices": devices, "processes": processes, "device_kind": device_kind,
+        "lora": run.lora_meta, "versions": versions(run.stack),
+        "data": {"rows_read": report.rows_read, "kept": report.kept,
+                 "dropped": dict(report.dropped)}})
+
+
+def step_record(run, *, step, loss, learning_rate, grad_norm, trained_tokens, tokens,
+                seconds, chips):
+    """One line of metrics.jsonl (run_dir.METRIC_NAMES), MFU from the machine table."""
+    return {
+        "step": step, "loss": float(loss), "learning_rate": float(learning_rate),
+        "grad_norm": None if grad_norm is None else float(grad_norm),
+        "trained_tokens": int(trained_tokens), "tokens": int(tokens),
+        "trained_tokens_per_s": trained_tokens / seconds, "tokens_per_s": tokens / seconds,
+        "step_time_s": seconds,
+        "mfu": flops.mfu(tokens / seconds, run.flops_per_token, chips,
+                         run.machine.peak_flops_per_chip)}
+
+
+class Preemption:
+    """Remembers a SIGTERM (a preempted VM) until the loop can checkpoint.
+
+    `agree` makes the answer collective when several processes must save
+    together: it maps this process's flag to whether any process was asked.
+    """
+
+    def __init__(self, agree=None):
+        self.requested = False
+        self._agree = agree
+        signal.signal(signal.SIGTERM, self._handle)
+
+    def _handle(self, signum, frame):
+        del signum, frame
+        self.requested = True
+
+    def stop(self):
+        return self._agree(self.requested) if self._agree else self.requested

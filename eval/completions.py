@@ -13,6 +13,12 @@ import dataclasses
 import json
 import os
 
+from tools.common import cli
+
+
+class CompletionsError(cli.UserError):
+    """A completions file that cannot be read, naming the line."""
+
 
 @dataclasses.dataclass(frozen=True)
 class Completion:
@@ -30,8 +36,11 @@ class Completion:
 
 def read(path):
     """The completions of `path`, in file order; a bad line is an error naming it."""
-    with open(path, encoding="utf-8") as f:
-        lines = f.read().split("\n")
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().split("\n")
+    except OSError as e:
+        raise CompletionsError(f"cannot read completions file {path}: {e.strerror}") from None
     result, next_index, seen = [], collections.Counter(), set()
     for number, line in enumerate(lines, 1):
         if not line.strip():
@@ -43,9 +52,9 @@ def read(path):
                 raise TypeError("problem and completion must be strings")
             index = int(row["sample"]) if row.get("sample") is not None else next_index[problem]
         except (ValueError, KeyError, TypeError) as e:
-            raise ValueError(f"{path}:{number}: not a completion line ({e})") from e
+            raise CompletionsError(f"{path}:{number}: not a completion line ({e})") from e
         if (problem, index) in seen:
-            raise ValueError(f"{path}:{number}: sample {index} of {problem} appears twice")
+            raise CompletionsError(f"{path}:{number}: sample {index} of {problem} appears twice")
         seen.add((problem, index))
         next_index[problem] = max(next_index[problem], index + 1)
         result.append(Completion(problem, index, text, row.get("finish_reason")))

@@ -27,13 +27,13 @@ class CompletionsTest(absltest.TestCase):
     def test_bad_lines_are_named(self):
         for text, why in [('{"problem": "A"}\n', "completion"), ("{oops\n", "line"),
                           ('{"problem": 1, "completion": "x"}\n', "strings")]:
-            with self.subTest(text=text), self.assertRaisesRegex(ValueError, ":1: .*" + why):
+            with self.subTest(text=text), self.assertRaisesRegex(completions.CompletionsError, ":1: .*" + why):
                 completions.read(self._write(text))
 
     def test_duplicate_sample_is_an_error(self):
         path = self._write('{"problem": "A", "completion": "x", "sample": 0}\n'
                            '{"problem": "A", "completion": "y", "sample": 0}\n')
-        with self.assertRaisesRegex(ValueError, "appears twice"):
+        with self.assertRaisesRegex(completions.CompletionsError, "appears twice"):
             completions.read(path)
 
     def test_append_and_round_trip(self):

@@ -12,6 +12,13 @@ import dataclasses
 import os
 import re
 
+from tools.common import cli
+
+
+class ProblemsError(cli.UserError):
+    """A problem id or data set folder that cannot be used."""
+
+
 PROBLEMS_FILE = "problems.txt"
 _ID = re.compile(r"^Prob\d{3}_\w+$")
 
@@ -36,12 +43,12 @@ class Problem:
 def problem(dataset_dir, problem_id):
     """The Problem `problem_id` of `dataset_dir`; fails if a file is missing."""
     if not _ID.match(problem_id):
-        raise ValueError(f"not a VerilogEval problem id: {problem_id!r}")
+        raise ProblemsError(f"not a VerilogEval problem id: {problem_id!r}")
     base = os.path.join(dataset_dir, problem_id)
     found = Problem(problem_id, base + "_prompt.txt", base + "_ref.sv", base + "_test.sv")
     for path in (found.prompt_path, found.ref_path, found.test_path):
         if not os.path.isfile(path):
-            raise FileNotFoundError(f"{problem_id}: {path} is missing")
+            raise ProblemsError(f"{problem_id}: {path} is missing")
     return found
 
 
@@ -49,7 +56,7 @@ def problem_ids(dataset_dir):
     """The ids of problems.txt, in order."""
     path = os.path.join(dataset_dir, PROBLEMS_FILE)
     if not os.path.isfile(path):
-        raise FileNotFoundError(
+        raise ProblemsError(
             f"{path} not found: --dataset_dir must be the dataset_spec-to-rtl folder "
             f"of a VerilogEval v2 checkout")
     with open(path) as f:
@@ -67,7 +74,7 @@ def load(dataset_dir, only=None, limit=0):
         wanted = list(dict.fromkeys(only))
         unknown = sorted(set(wanted) - set(ids))
         if unknown:
-            raise ValueError(f"problems not in {dataset_dir}/{PROBLEMS_FILE}: {unknown}")
+            raise ProblemsError(f"problems not in {dataset_dir}/{PROBLEMS_FILE}: {unknown}")
         keep = set(wanted)
         ids = [i for i in ids if i in keep]
     if limit:

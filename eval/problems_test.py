@@ -26,14 +26,14 @@ class ProblemsTest(absltest.TestCase):
                          ["Prob001_zero", "Prob002_m2014_q4i", "Prob003_step_one"])
 
     def test_unknown_problem_is_an_error(self):
-        with self.assertRaisesRegex(ValueError, "Prob999_nothing"):
+        with self.assertRaisesRegex(problems.ProblemsError, "Prob999_nothing"):
             problems.load(testing.dataset_dir(), ["Prob001_zero", "Prob999_nothing"])
-        with self.assertRaisesRegex(ValueError, "not a VerilogEval problem id"):
+        with self.assertRaisesRegex(problems.ProblemsError, "not a VerilogEval problem id"):
             problems.problem(testing.dataset_dir(), "../etc/passwd")
 
     def test_missing_dataset_names_the_folder(self):
         missing = os.path.join(self.create_tempdir().full_path, "nothing")
-        with self.assertRaisesRegex(FileNotFoundError, "dataset_spec-to-rtl"):
+        with self.assertRaisesRegex(problems.ProblemsError, "dataset_spec-to-rtl"):
             problems.load(missing)
 
     def test_missing_file_of_a_problem(self):
@@ -41,7 +41,7 @@ class ProblemsTest(absltest.TestCase):
         d.create_file("problems.txt", "Prob001_zero\n")
         d.create_file("Prob001_zero_prompt.txt", "spec")
         d.create_file("Prob001_zero_ref.sv", "module RefModule; endmodule")
-        with self.assertRaisesRegex(FileNotFoundError, "Prob001_zero_test.sv"):
+        with self.assertRaisesRegex(problems.ProblemsError, "Prob001_zero_test.sv"):
             problems.load(d.full_path)
 
     def test_reference_as_sample_renames_the_module(self):

@@ -64,7 +64,10 @@ def plot(run_dirs, out_dir):
 
 
 def _load(path):
-    with open(os.path.join(path, "summary.json")) as f:
+    summary = os.path.join(path, "summary.json")
+    if not os.path.exists(summary):
+        raise cli.UserError(f"{path} is not a serving sweep (no summary.json)")
+    with open(summary) as f:
         return json.load(f)
 
 

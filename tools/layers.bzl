@@ -12,7 +12,9 @@ LAYERS = [
     ("training_common", ["//training/common"]),  # recipe, run lifecycle, schedule, FLOPs
     ("stacks", ["//training/tpu", "//training/gpu"]),
     ("stages", ["//conversion", "//serving", "//eval"]),
-    ("top", ["//", "//tools", "//tests"]),  # report, pipeline, cross-stage tests
+    ("tools", ["//tools"]),  # the report, lock and pin tools
+    ("pipeline", ["//"]),  # the whole system in one command
+    ("tests", ["//tests"]),  # cross-stage tests
 ]
 
 # buildifier: disable=unnamed-macro

@@ -1,0 +1,65 @@
+"""Every stage binary, given bad input, prints one `error:` line and exits 1.
+
+One row per binary: the flags of a typical mistake and what the line must say.
+The binaries run as users run them (their own process, absl flags), so a
+domain error that is not a `cli.UserError` shows up here as a traceback.
+"""
+
+import os
+import subprocess
+import sys
+
+from absl.testing import absltest
+from absl.testing import parameterized
+
+MISSING = "/nonexistent/g4"
+
+# (module, flags, what the error line says)
+CASES = {
+    "training_tpu_sft": ("training.tpu.sft", ["--config.model.name=" + MISSING],
+                         "is neither 'tiny-random-gemma4', a directory, nor a Hub id"),
+    "training_gpu_sft": ("training.gpu.sft", ["--config.model.name=" + MISSING],
+                         "is neither 'tiny-random-gemma4', a directory, nor a Hub id"),
+    "conversion_export": ("conversion.export", ["--run_dir=" + MISSING, "--output_dir={tmp}/o"],
+                          "is not a run directory"),
+    "conversion_verify": ("conversion.verify", ["--run_dir=" + MISSING,
+                                                "--export_dir=" + MISSING],
+                          "is not a --format=both export"),
+    "conversion_import_adapter": ("conversion.import_adapter",
+                                  ["--adapter=" + MISSING, "--output_dir={tmp}/o"],
+                                  "is not an adapter directory"),
+    "serving_serve": ("serving.serve", ["--adapter=codev=" + MISSING, "--run_dir={tmp}/s"],
+                      "is not an adapter directory"),
+    "serving_bench": ("serving.bench", ["--adapter=codev=" + MISSING, "--out_dir={tmp}/b"],
+                      "is not an adapter directory"),
+    "serving_plot": ("serving.plots", ["--runs=" + MISSING, "--out={tmp}/p"],
+                     "is not a serving sweep"),
+    "eval_verilog_eval": ("eval.verilog_eval", ["--samples=" + MISSING, "--out_dir={tmp}/e"],
+                          "cannot read completions file"),
+    "data_inspect": ("data.inspect_data", ["--input=" + MISSING + ".jsonl"],
+                     "is neither a file, nor 'sample'"),
+    "tools_report": ("tools.report", ["--runs=" + MISSING, "--out={tmp}/r"],
+                     "not implemented yet"),
+}
+
+
+class BadInputTest(parameterized.TestCase):
+
+    @parameterized.named_parameters(*((name, *case) for name, case in CASES.items()))
+    def test_one_error_line_and_exit_1(self, module, args, message):
+        tmp = self.create_tempdir().full_path
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), JAX_PLATFORMS="cpu")
+        workdir = [f"--workdir={tmp}/w"] if module.endswith(".sft") else []
+        done = subprocess.run(
+            [sys.executable, "-m", module, *workdir, *(a.format(tmp=tmp) for a in args)],
+            env=env, capture_output=True, text=True, timeout=300, cwd=tmp, check=False)
+        output = done.stdout + done.stderr
+        errors = [line for line in output.splitlines() if line.startswith("error: ")]
+        self.assertEqual(done.returncode, 1, output[-3000:])
+        self.assertLen(errors, 1, output[-3000:])
+        self.assertIn(message, errors[0])
+        self.assertNotIn("Traceback", output)
+
+
+if __name__ == "__main__":
+    absltest.main()

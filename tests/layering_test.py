@@ -1,7 +1,7 @@
 """The import graph runs one way: every BUILD file against the layer table.
 
 tools/layers.bzl lists the layers bottom first. Bazel enforces them through
-visibility (each package's default_visibility is `//:above_<its layer>`); this
+visibility (each package's default_visibility is the package group of its layer); this
 test checks, from the BUILD files alone, that
   * every package of the tree is in the table and declares that visibility,
   * no dependency edge runs to a package of the same or a higher layer,

@@ -86,7 +86,8 @@ def run(config, out_dir, *, base_url=None, model=None, adapters=None, tokenizer=
             num_prompts=num_prompts or config.sweep.num_prompts,
             num_warmups=config.sweep.num_warmups, seed=config.sweep.seed,
             max_model_len=config.max_model_len, out_dir=out_dir, record=record,
-            dollars_per_hour=server_config.dollars_per_hour(config), timeout_s=config.sweep.request_timeout_s)
+            dollars_per_hour=server_config.dollars_per_hour(config),
+            timeout_s=config.sweep.request_timeout_s)
     finally:
         if server is not None:
             server.stop()

@@ -6,7 +6,9 @@ import time
 from absl.testing import absltest
 
 from serving import plots
+from serving import server_config
 from serving import sweep
+from serving.configs import v6e8
 
 
 def _point(length, rate, throughput, ttft, status="ok"):
@@ -31,8 +33,10 @@ class SweepTest(absltest.TestCase):
         self.assertEqual(sweep.saturation(rising), (None, 200))
 
     def test_cost(self):
-        # training/common/recipe.md: $21.52/h at 1206 output tok/s is $4.95 per 1M output tokens.
-        self.assertAlmostEqual(sweep.cost_per_million_output_tokens(21.52, 1206), 4.957,
+        # training/common/recipe.md: a v6e-8 at 1206 output tok/s is $4.95 per 1M output
+        # tokens (4.957 unrounded).
+        price = server_config.dollars_per_hour(v6e8.get_config())
+        self.assertAlmostEqual(sweep.cost_per_million_output_tokens(price, 1206), 4.957,
                                places=3)
         self.assertIsNone(sweep.cost_per_million_output_tokens(0, 100))
 

@@ -18,6 +18,7 @@ from training.formats import adapter
 from training.formats import lora_map
 from training.formats import orbax_lora
 from training.common import hparams
+from training.common import run_dir as run_dir_lib
 from training.tpu import testing as tpu_testing  # 8 CPU devices
 # pylint: disable=wrong-import-order
 from training.gpu.configs import cpu as gpu_cpu
@@ -88,6 +89,14 @@ class ParityTest(absltest.TestCase):
                   f"({a['learning_rate']:.2e}, {a['trained_tokens']} vs {b['trained_tokens']})")
         self.assertLen(tpu, STEPS)
         self.assertLen(gpu, STEPS)
+        # One run lifecycle: the same run.json keys and metric names on both stacks.
+        info = {stack: run_dir_lib.read_run_info(os.path.join(tmp, stack))
+                for stack in ("tpu", "gpu")}
+        self.assertEqual(sorted(info["tpu"]), sorted(info["gpu"]))
+        self.assertEqual((info["tpu"]["stack"], info["gpu"]["stack"]), ("tpu", "gpu"))
+        self.assertEqual(info["tpu"]["lora"], info["gpu"]["lora"])
+        for records in (tpu, gpu):
+            self.assertEqual(sorted(set(records[0]) - {"time"}), sorted(run_dir_lib.METRIC_NAMES))
         for a, b in zip(tpu, gpu):
             self.assertEqual(a["trained_tokens"], b["trained_tokens"])
             self.assertAlmostEqual(a["learning_rate"], b["learning_rate"], delta=1e-9)

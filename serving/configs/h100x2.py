@@ -1,4 +1,4 @@
-"""vLLM on 2 x H100 80GB (a3-highgpu-2g, $22.12/h), the reference's GPU setup:
+"""vLLM on 2 x H100 80GB (a3-highgpu-2g), the reference's GPU setup:
 tensor parallel 2, bf16 KV cache, the Triton attention backend (Gemma 4 mixes
 head dims 256 and 512). max_model_len matches v6e8.py."""
 

@@ -1,4 +1,4 @@
-"""vLLM TPU on a v6e-8 host (8 chips x 32 GB, $21.52/h), the reference's setup:
+"""vLLM TPU on a v6e-8 host (8 chips x 32 GB), the reference's setup:
 tensor parallel 8, fp8_e5m2 KV cache, chunked multimodal input off; XLA
 compiles for ~8 minutes at start, hence the long start-up timeout.
 max_model_len matches h100x2.py and fits the default sweep (16384 + 512)."""

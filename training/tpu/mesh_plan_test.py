@@ -6,6 +6,7 @@ from training.formats import gemma4_map
 from training.common import hparams
 from training.common import flops
 from training.tpu import mesh_plan
+from tools.common import machines
 
 GEMMA4_31B = gemma4_map.Dims(
     vocab=262144, embed=5376, mlp=21504, heads=32, head_dim=256, kv_heads=16,
@@ -59,8 +60,10 @@ class MeshPlanTest(absltest.TestCase):
 
     def test_reference_mfu_is_about_five_percent(self):
         per_token = flops.flops_per_token(GEMMA4_31B, 3072, 64, TARGETS)
-        # training/common/recipe.md: 763 tok/s on 4 v5p chips (459 TFLOP/s each) is ~5% MFU.
-        self.assertAlmostEqual(flops.mfu(763, per_token, 4, 459e12), 0.056, delta=0.005)
+        # training/common/recipe.md: 763 tok/s on a v5p-8 (4 chips) is ~5% MFU.
+        v5p8 = machines.get("tpu-v5p-8")
+        self.assertAlmostEqual(flops.mfu(763, per_token, v5p8.chips, v5p8.peak_flops_per_chip),
+                               0.056, delta=0.005)
 
 
 if __name__ == "__main__":

@@ -10,18 +10,18 @@ from safetensors.numpy import load_file
 
 from training.tpu import testing as tpu_testing  # 8 CPU devices first
 # pylint: disable=wrong-import-order
-from training.formats import adapter
 from conversion import exporting
-from training.formats import gemma4_map
 from conversion import import_adapter
-from training.formats import lora_map
 from conversion import merge
-from training.formats import orbax_lora
 from conversion import outputs
 from conversion import testing
 from conversion import verify
-from training.formats import base_model
 from training.common import run_dir as run_dir_lib
+from training.formats import adapter
+from training.formats import base_model
+from training.formats import gemma4_map
+from training.formats import lora_map
+from training.formats import orbax_lora
 
 VLLM_TARGETS = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
 CONFIGS = {

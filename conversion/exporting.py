@@ -3,18 +3,17 @@
 See conversion/export.py for what is written where.
 """
 
-import importlib.metadata
 import os
 
-from training.formats import adapter
-from training.formats import gemma4_map
-from training.formats import lora_map
 from conversion import merge as merge_lib
-from training.formats import orbax_lora
 from conversion import outputs
 from tools.common import config_cli
-from training.formats import base_model as base_model_lib
 from training.common import run_dir as run_dir_lib
+from training.formats import adapter
+from training.formats import base_model as base_model_lib
+from training.formats import gemma4_map
+from training.formats import lora_map
+from training.formats import orbax_lora
 
 
 def checkpoint_dir(run_dir, step=None):
@@ -34,11 +33,6 @@ def layer_prefix(base_dir):
     names = base_model_lib.safetensors_files(base_dir)
     return "model.language_model." if any(n.startswith("model.language_model.")
                                           for n in names) else "model."
-
-
-def _versions():
-    names = ("orbax-checkpoint", "safetensors", "torch", "peft", "transformers")
-    return {n: importlib.metadata.version(n) for n in names}
 
 
 def export(run_dir, output_dir, fmt="both", step=None, base_model=None, overwrite=False,
@@ -63,9 +57,11 @@ def export(run_dir, output_dir, fmt="both", step=None, base_model=None, overwrit
     name = info.get("model_name", base_dir)
     # A Hub id names the base for PEFT and vLLM; anything else is the directory.
     hub_id = name.count("/") == 1 and not os.path.exists(name) and name != base_dir
+    versions = run_dir_lib.package_versions(
+        ("orbax-checkpoint", "safetensors", "torch", "peft", "transformers"))
     provenance = {"run_dir": os.path.abspath(run_dir), "step": step, "config": config.to_dict(),
                   "base_model": name if hub_id else base_dir, "base_dir": base_dir,
-                  "base_fingerprint": merge_lib.fingerprint(base_dir), "versions": _versions()}
+                  "base_fingerprint": merge_lib.fingerprint(base_dir), "versions": versions}
     written = {}
     with outputs.atomic_dir(output_dir, overwrite) as tmp:
         targets = {"peft": ["adapter"], "merged": ["merged"],

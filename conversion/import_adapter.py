@@ -18,15 +18,15 @@ from absl import app
 from absl import flags
 from absl import logging as absl_logging
 
-from training.formats import adapter
-from training.formats import gemma4_map
-from training.formats import lora_map
-from training.formats import orbax_lora
 from conversion import outputs
 from tools.common import cli
 from tools.common import config_cli
-from training.formats import base_model
 from training.common import run_dir as run_dir_lib
+from training.formats import adapter
+from training.formats import base_model
+from training.formats import gemma4_map
+from training.formats import lora_map
+from training.formats import orbax_lora
 
 _ADAPTER = flags.DEFINE_string("adapter", None, "PEFT adapter directory.")
 _BASE_MODEL = flags.DEFINE_string("base_model", None, "Base HF directory or Hub id (the "

@@ -3,9 +3,9 @@
 import json
 import os
 
-from training.formats import orbax_lora
 from tools.common import config_cli
 from training.common import run_dir as run_dir_lib
+from training.formats import orbax_lora
 
 
 def fake_run(run_dir, base_dir, config, factors, step=10):

@@ -7,10 +7,10 @@ from absl.testing import absltest
 
 from serving import launcher
 from serving import server_config
-from training.formats import adapter
 from serving.configs import cpu
 from serving.configs import h100x2
 from serving.configs import v6e8
+from training.formats import adapter
 
 
 def _adapter(directory, rank):

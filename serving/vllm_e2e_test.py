@@ -18,8 +18,8 @@ from peft import get_peft_model
 from data import tokenizer as tokenizer_lib
 from serving import launcher
 from serving import sweep
-from serving.configs import cpu
 from serving.bench import ENTRY
+from serving.configs import cpu
 from training.formats import tiny_model
 
 PROMPT = [{"role": "user", "content": "Write a 2-to-1 multiplexer in Verilog."}]

@@ -14,11 +14,11 @@ import sys
 import numpy as np
 from absl.testing import absltest
 
+from training.common import hparams
+from training.common import run_dir as run_dir_lib
 from training.formats import adapter
 from training.formats import lora_map
 from training.formats import orbax_lora
-from training.common import hparams
-from training.common import run_dir as run_dir_lib
 from training.tpu import testing as tpu_testing  # 8 CPU devices
 # pylint: disable=wrong-import-order
 from training.gpu.configs import cpu as gpu_cpu

@@ -14,7 +14,6 @@ run directories compare key for key (tests/parity_test.py checks it).
 """
 
 import dataclasses
-import importlib.metadata
 import os
 import signal
 import time
@@ -147,10 +146,6 @@ def check_compatible(saved, expected, where):
                 f"{value!r}; use another --workdir or the original config")
 
 
-def versions(stack):
-    return {name: importlib.metadata.version(name) for name in VERSIONED_PACKAGES[stack]}
-
-
 def write_run_info(run, *, devices, processes, device_kind, parallelism):
     """run.json: what the run used. The keys are the same on both stacks."""
     config, report = run.config, run.prepared.report
@@ -161,7 +156,8 @@ def write_run_info(run, *, devices, processes, device_kind, parallelism):
         "effective_batch": config.batch.effective_size, "seq_len": config.data.max_seq_len,
         "packing": bool(config.data.packing), "parallelism": parallelism,
         "devices": devices, "processes": processes, "device_kind": device_kind,
-        "lora": run.lora_meta, "versions": versions(run.stack),
+        "lora": run.lora_meta,
+        "versions": run_dir_lib.package_versions(VERSIONED_PACKAGES[run.stack]),
         "data": {"rows_read": report.rows_read, "kept": report.kept,
                  "dropped": dict(report.dropped)}})
 

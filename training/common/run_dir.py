@@ -13,6 +13,7 @@
 Both stacks log the same metric names (METRIC_NAMES), so runs compare directly.
 """
 
+import importlib.metadata
 import json
 import os
 import time
@@ -55,6 +56,11 @@ def write_json(path, value):
         json.dump(value, f, indent=2, sort_keys=True)
         f.write("\n")
     os.replace(tmp, path)
+
+
+def package_versions(names):
+    """{distribution: version}, for the records a run or an export leaves."""
+    return {name: importlib.metadata.version(name) for name in names}
 
 
 def read_run_info(run_dir):
@@ -101,8 +107,3 @@ class MetricsWriter:
         if self._enabled:
             self._file.close()
             self._tensorboard.close()
-
-
-def read_metrics(run_dir):
-    with open(os.path.join(run_dir, METRICS)) as f:
-        return [json.loads(line) for line in f if line.strip()]

@@ -222,28 +222,6 @@ def hf_to_tunix(dims, name, tensors):
     return value
 
 
-def tunix_to_hf(dims, path, value):
-    """HF tensors {name: array} for the Tunix parameter at `path`."""
-    hf_of = {}
-    for hf_name, tunix_path in base_names(dims).items():
-        hf_of.setdefault(tunix_path, []).append(hf_name)
-    if path not in hf_of:
-        raise MappingError(f"no HF tensor for Tunix parameter {path}")
-    out = {}
-    for hf_name in hf_of[path]:
-        if path.endswith("kv_einsum.w"):
-            out[hf_name] = _heads_matrix_to_hf(value[0 if ".k_proj." in hf_name else 1])
-        elif path.endswith(("q_einsum.w", "k_einsum.w")):
-            out[hf_name] = _heads_matrix_to_hf(value)
-        elif path.endswith("attn_vec_einsum.w"):
-            out[hf_name] = value.reshape(-1, value.shape[-1]).T
-        elif path.endswith(".kernel"):
-            out[hf_name] = value.T
-        else:
-            out[hf_name] = value
-    return out
-
-
 def hf_lora_modules(tunix_modules):
     """The HF target modules whose weights the Tunix modules hold (inverse of the below)."""
     return sorted({hf for hf, tunix in TUNIX_LORA_TARGETS.items()

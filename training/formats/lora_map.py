@@ -169,10 +169,3 @@ def weight_factors(peft_factors):
 
 def target_modules_of(peft_factors):
     return sorted({_PEFT.match(n[len(PEFT_PREFIX):]).group("proj") for n in peft_factors})
-
-
-def delta(lora_a, lora_b, alpha):
-    """W' - W = (alpha / r) * B @ A in float32, for HF-layout PEFT factors."""
-    rank = lora_a.shape[0]
-    return (alpha / rank) * (lora_b.astype(np.float32) @ lora_a.astype(np.float32))
-

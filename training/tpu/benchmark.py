@@ -18,13 +18,13 @@ import numpy as np
 from absl import app
 from absl import flags
 
-from training.formats import gemma4_map
 from data import chat
 from data import packing
 from tools.common import cli
 from tools.common import config_cli
-from training.formats import base_model
 from training.common import hparams
+from training.formats import base_model
+from training.formats import gemma4_map
 from training.tpu import mesh_plan
 from training.tpu import trainer
 from training.tpu.configs import cpu

@@ -11,9 +11,9 @@ at once, naming the dimension and listing the meshes that would work.
 
 import dataclasses
 
+from tools.common import cli
 from training.common.flops import lora_parameter_count
 from training.common.flops import parameter_count
-from tools.common import cli
 
 
 class MeshError(cli.UserError):

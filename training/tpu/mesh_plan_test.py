@@ -2,11 +2,11 @@ import time
 
 from absl.testing import absltest
 
-from training.formats import gemma4_map
-from training.common import hparams
-from training.common import flops
-from training.tpu import mesh_plan
 from tools.common import machines
+from training.common import flops
+from training.common import hparams
+from training.formats import gemma4_map
+from training.tpu import mesh_plan
 
 GEMMA4_31B = gemma4_map.Dims(
     vocab=262144, embed=5376, mlp=21504, heads=32, head_dim=256, kv_heads=16,

@@ -27,8 +27,8 @@ from flax import nnx
 from safetensors import safe_open
 from tunix.models.gemma4 import model as gemma4
 
-from training.formats import gemma4_map
 from training.formats import base_model
+from training.formats import gemma4_map
 from training.tpu import sharding as sharding_lib
 
 _SKIPPED_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.", "model.embed_vision.",

@@ -9,8 +9,8 @@ from absl.testing import parameterized
 
 from training.tpu import testing  # sets up 8 CPU devices first
 # pylint: disable=wrong-import-order
-from training.formats import gemma4_map
 from training.formats import base_model
+from training.formats import gemma4_map
 from training.tpu import model as model_lib
 from training.tpu import train_step
 

@@ -9,8 +9,8 @@ import jax
 jax.config.update("jax_num_cpu_devices", 8)
 
 # pylint: disable=wrong-import-position
-from training.formats import gemma4_map
 from data import tokenizer as tokenizer_lib
+from training.formats import gemma4_map
 from training.formats import tiny_model
 
 _TOKENIZER = []

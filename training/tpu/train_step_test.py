@@ -6,8 +6,8 @@ from absl.testing import absltest
 from training.tpu import testing  # sets up 8 CPU devices first
 # pylint: disable=wrong-import-order
 from training.tpu import model as model_lib
-from training.tpu import trainer
 from training.tpu import train_step
+from training.tpu import trainer
 
 
 class AttentionMaskTest(absltest.TestCase):

@@ -14,6 +14,7 @@ run directories compare key for key (tests/parity_test.py checks it).
 """
 
 import dataclasses
+import functools
 import os
 import signal
 import time
@@ -67,7 +68,7 @@ class Run:
         return {"lora_rank": lora.rank, "lora_alpha": float(lora.alpha),
                 "lora_targets": sorted(lora.target_modules), "base_model": self.fingerprint}
 
-    @property
+    @functools.cached_property
     def flops_per_token(self):
         return flops.flops_per_token(
             self.dims, self.config.data.max_seq_len, self.config.lora.rank,
@@ -164,11 +165,15 @@ def write_run_info(run, *, devices, processes, device_kind, parallelism):
 
 def step_record(run, *, step, loss, learning_rate, grad_norm, trained_tokens, tokens,
                 seconds, chips):
-    """One line of metrics.jsonl (run_dir.METRIC_NAMES), MFU from the machine table."""
+    """One line of metrics.jsonl (run_dir.METRIC_NAMES), MFU from the machine table.
+
+    Values may be numpy or JAX scalars; the record holds plain Python numbers.
+    """
+    trained_tokens, tokens, seconds = int(trained_tokens), int(tokens), float(seconds)
     return {
-        "step": step, "loss": float(loss), "learning_rate": float(learning_rate),
+        "step": int(step), "loss": float(loss), "learning_rate": float(learning_rate),
         "grad_norm": None if grad_norm is None else float(grad_norm),
-        "trained_tokens": int(trained_tokens), "tokens": int(tokens),
+        "trained_tokens": trained_tokens, "tokens": tokens,
         "trained_tokens_per_s": trained_tokens / seconds, "tokens_per_s": tokens / seconds,
         "step_time_s": seconds,
         "mfu": flops.mfu(tokens / seconds, run.flops_per_token, chips,

@@ -94,7 +94,7 @@ class GpuTrainerTest(absltest.TestCase):
     def test_checkpoint_of_another_rank_is_refused(self):
         code, output = sft(self.reference, "--config.lora.rank=4")
         self.assertNotEqual(code, 0)
-        self.assertIn("was made with r=8, this run has 4", output)
+        self.assertIn("was made with lora_rank=8, this run has 4", output)
 
     def test_unwritable_workdir(self):
         code, output = sft("/proc/no-such-run")

@@ -18,6 +18,12 @@ Then, as upstream `sv-generate` for spec-to-rtl (reimplemented, line based):
    may be indented.
 3. Otherwise the text itself: from the line starting with `module TopModule`
    (when there is one) through the first `endmodule` line.
+
+`extract_forgiving` is the reference study's rule (protocols.py), for answers
+asked to come in a ```verilog block: the first verilog/systemverilog/sv
+fenced block; an opened one never closed runs to the end of the text; a
+[BEGIN] block needs no [DONE] and loses any fence lines inside it; else the
+first untagged fenced block, else the module scan above.
 """
 
 import dataclasses
@@ -26,11 +32,13 @@ THINKING_TAGS = (("<think>", "</think>"), ("<|channel>", "<channel|>"))
 BEGIN, DONE = "[BEGIN]", "[DONE]"
 FENCE = "```"
 VERILOG_TAGS = frozenset({"", "verilog", "systemverilog", "sv", "v", "vlog"})
+NAMED_VERILOG_TAGS = frozenset({"verilog", "systemverilog", "sv"})  # the reference's
 
 # How the code was found (recorded with each sample).
 BEGIN_DONE = "begin_done"
 UNTERMINATED_BEGIN = "unterminated_begin"
 FENCED = "fenced"
+UNCLOSED_FENCE = "unclosed_fence"
 MODULE_SCAN = "module_scan"
 EMPTY = "empty"
 
@@ -142,7 +150,41 @@ def extract(text):
             code, method = (verilog or [blocks[0][1]])[0], FENCED
         else:
             code, method = _module_scan(lines), MODULE_SCAN
+    return _result(code, method)
+
+
+def _unclosed_fence(lines, languages):
+    """The lines after the last fence line when it opens a block in `languages`."""
+    fences = [i for i, line in enumerate(lines) if line.lstrip().startswith(FENCE)]
+    if len(fences) % 2 == 1:
+        info = lines[fences[-1]].lstrip()[len(FENCE):].strip().lower()
+        if _language(info) in languages:
+            return lines[fences[-1] + 1:]
+    return None
+
+
+def _result(code, method):
     joined = "\n".join(code).strip("\n")
     if not joined.strip():
         return Extracted("", EMPTY)
     return Extracted(joined + "\n", method)
+
+
+def extract_forgiving(text):
+    """The code of a raw completion by the reference study's rule (module docstring)."""
+    lines = strip_thinking(text or "").splitlines()
+    blocks = _fenced_blocks(lines)
+    named = [body for tag, body in blocks if _language(tag) in NAMED_VERILOG_TAGS]
+    if named:
+        return _result(named[0], FENCED)
+    unclosed = _unclosed_fence(lines, NAMED_VERILOG_TAGS)
+    if unclosed is not None:
+        return _result(unclosed, UNCLOSED_FENCE)
+    code, started, done = _between_begin_done(lines)
+    if started:
+        code = [line for line in code if not line.lstrip().startswith(FENCE)]
+        return _result(code, BEGIN_DONE if done else UNTERMINATED_BEGIN)
+    untagged = [body for tag, body in blocks if not _language(tag)]
+    if untagged:
+        return _result(untagged[0], FENCED)
+    return _result(_module_scan(lines), MODULE_SCAN)

@@ -1,8 +1,9 @@
 """Judges one sample of one problem with Icarus Verilog, as upstream VerilogEval.
 
 The commands are upstream's (its Makefile), run in the sandbox on copies of
-the problem's files:
+the problem's files, after one check of our own:
 
+    iverilog -g2012 -o /dev/null sample.sv          # the sample alone
     iverilog -Wall -Winfloop -Wno-timescale -g2012 -s tb -o test.vvp sample.sv test.sv ref.sv
     vvp -n test.vvp      # upstream: `timeout 30 ./test.vvp`, "TIMEOUT" appended on expiry
 
@@ -25,6 +26,14 @@ that is known. A sample that calls `$finish` early (the final block then
 reports 0 mismatches in fewer samples) or prints a report of its own is
 caught by these; no honest design trips them. `upstream_pass` records
 upstream's verdict alone.
+
+Nothing outside the sample may be reached: elaborated alone, with no testbench
+and no reference present, a sample must not leave a hierarchical name unbound
+(`tb.stats1.errors = 0` resets the testbench's error count, `tb.good1.zero`
+copies the reference's output), instantiate a module it does not define that
+the full compile found (the reference's `RefModule`), or name `$root`. Such a
+sample fails with `outside_reference`, the names in its detail, whatever the
+simulation said.
 """
 
 import dataclasses
@@ -35,10 +44,13 @@ import shutil
 import subprocess
 import tempfile
 import time
+import uuid
 
 from eval import sandbox as sandbox_lib
 from tools.common import cli
 
+# The script's phases, each ending with a status line on its stderr.
+PHASES = ("isolate", "compile", "simulate")
 COMPILE_FLAGS = ("-Wall", "-Winfloop", "-Wno-timescale", "-g2012", "-s", "tb")
 SAMPLE, TEST, REF = "sample.sv", "test.sv", "ref.sv"
 SIMULATION = "test.vvp"
@@ -79,6 +91,13 @@ NO_REPORT = "no_report"
 EXTRA_REPORT = "extra_report"
 NO_SAMPLES = "no_samples"
 EARLY_FINISH = "early_finish"
+OUTSIDE_REFERENCE = "outside_reference"
+
+# What iverilog says about a name or module the elaborated design lacks.
+_UNBOUND_NAME = re.compile(r"(?:Could not find variable ``|Unable to bind "
+                           r"(?:wire/reg/memory|parameter) `)([^'`\s]+)")
+_UNKNOWN_MODULE = re.compile(r"Unknown module type: (\S+)")
+_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -159,8 +178,20 @@ def _status(text):
     return codes
 
 
-def verdict_from(log, status_text, run, log_limit_hit, expected_samples=None, seconds=0.0):
-    """The verdict for a finished run: sandbox events first, then the log."""
+def outside_references(isolated_log, full_log, code):
+    """Names the sample reaches outside itself (see the module docstring), sorted."""
+    names = {name for name in _UNBOUND_NAME.findall(isolated_log) if "." in name}
+    # A module missing from the full compile too is a typo, judged as upstream does.
+    names |= set(_UNKNOWN_MODULE.findall(isolated_log)) - set(_UNKNOWN_MODULE.findall(full_log))
+    if "$root" in _COMMENTS.sub("", code):
+        names.add("$root")
+    return sorted(names)
+
+
+def verdict_from(log, status_text, run, log_limit_hit, expected_samples=None, seconds=0.0,
+                 outside=()):
+    """The verdict for a finished run: sandbox events first, then reaching outside
+    the sample (`outside`: outside_references), then the log."""
     analysis = analyze_log(log)
     status = _status(status_text)
     upstream_pass = analysis.upstream_class == "."
@@ -170,17 +201,21 @@ def verdict_from(log, status_text, run, log_limit_hit, expected_samples=None, se
         return Verdict(False, reason, upstream_pass, analysis.upstream_class,
                        analysis.mismatches, analysis.tb_samples, detail, seconds)
 
-    compile_rc, simulate_rc = status.get("compile"), status.get("simulate")
+    codes = [status.get(phase) for phase in PHASES]
     if run.wall_timeout:
         return fail(WALL_TIMEOUT)
-    if run.timed_out_phase == 0:
+    if run.timed_out_phase is not None and run.timed_out_phase < len(PHASES) - 1:
         return fail(COMPILE_TIMEOUT)
-    if run.timed_out_phase == 1:
+    if run.timed_out_phase == len(PHASES) - 1:
         return fail(UPSTREAM_REASONS["T"])
-    if log_limit_hit or _SIGXFSZ_EXIT in (compile_rc, simulate_rc):
+    if log_limit_hit or _SIGXFSZ_EXIT in codes:
         return fail(LOG_LIMIT)
-    if _SIGXCPU_EXIT in (compile_rc, simulate_rc):
+    if _SIGXCPU_EXIT in codes:
         return fail(CPU_LIMIT)
+    if outside:
+        return Verdict(False, OUTSIDE_REFERENCE, upstream_pass, analysis.upstream_class,
+                       analysis.mismatches, analysis.tb_samples,
+                       "reaches outside the sample: " + ", ".join(outside), seconds)
     if analysis.upstream_class in UPSTREAM_REASONS:
         return fail(UPSTREAM_REASONS[analysis.upstream_class])
     if analysis.upstream_class == "R":
@@ -196,16 +231,21 @@ def verdict_from(log, status_text, run, log_limit_hit, expected_samples=None, se
 
 
 def script(iverilog, vvp):
-    """The shell script run in the sandbox: compile, then simulate.
+    """The shell script run in the sandbox: the sample alone, compile, simulate.
 
-    Tool output goes to stdout (the log). The script's own stderr gets one
-    line per finished phase, with its exit code: the sandbox starts the
-    simulation's wall-clock limit at the first, and the sample cannot write
-    there (the tools' stderr goes to the log).
+    Tool output goes to stdout: the isolated elaboration's, then the line
+    given as $1 (a random marker: no sample can print it in advance), then
+    upstream's log. The script's own stderr gets one line per finished phase
+    (PHASES), with its exit code: the sandbox starts each phase's wall-clock
+    limit at the previous line, and the sample cannot write there (the tools'
+    stderr goes to stdout).
     """
     q = shlex.quote
     compile_cmd = " ".join([q(iverilog), *COMPILE_FLAGS, "-o", SIMULATION, SAMPLE, TEST, REF])
     return "\n".join([
+        f"{q(iverilog)} -g2012 -o /dev/null {SAMPLE} 2>&1",
+        'echo "isolate $?" >&2',
+        'echo "$1"',
         f"{compile_cmd} 2>&1",
         "rc=$?",
         'echo "compile $rc" >&2',
@@ -251,7 +291,7 @@ class Judge:
         self.scratch_dir = scratch_dir
         self.keep_dirs = keep_dirs
         self._script = script(self.iverilog, self.vvp)
-        self._phase_timeouts = (compile_timeout_s, sim_timeout_s)
+        self._phase_timeouts = (compile_timeout_s, compile_timeout_s, sim_timeout_s)
 
     def judge(self, problem, code, expected_samples=None):
         """The Verdict for `code` (extracted Verilog) on `problem`."""
@@ -264,23 +304,25 @@ class Judge:
                 f.write(code)
             shutil.copyfile(problem.test_path, os.path.join(run_dir, TEST))
             shutil.copyfile(problem.ref_path, os.path.join(run_dir, REF))
+            marker = f"-- upstream log {uuid.uuid4().hex} --"
             run = self.box.run_script(self._script, run_dir, inputs=(SAMPLE, TEST, REF),
                                       null_files=(WAVE,), stdout_name=LOG,
-                                      phase_timeouts=self._phase_timeouts)
+                                      phase_timeouts=self._phase_timeouts, args=(marker,))
             limit = self.box.limits.file_bytes
             with open(os.path.join(run_dir, LOG), "rb") as f:
                 raw = f.read(limit + 1)
-            log = raw.decode("utf-8", "replace")
+            isolated, _, log = raw.decode("utf-8", "replace").partition(marker + "\n")
             status = run.stderr
             if run.timed_out_phase is not None:
                 log += "\nTIMEOUT\n"  # as upstream appends on its wall-clock limit
-            elif not run.wall_timeout and "compile" not in _status(status):
+            elif not run.wall_timeout and PHASES[0] not in _status(status):
                 # Only the sandbox failing to start keeps the script from its
                 # first status line; failing every sample for it would be wrong.
                 raise JudgeError(f"{problem.id}: the sandbox did not run (exit "
                                  f"{run.returncode}): {status.strip()[:1000]}")
             return verdict_from(log, status, run, len(raw) >= limit, expected_samples,
-                                time.monotonic() - start)
+                                time.monotonic() - start,
+                                outside=outside_references(isolated, log, code))
         finally:
             if not self.keep_dirs:
                 shutil.rmtree(run_dir, ignore_errors=True)

@@ -58,10 +58,10 @@ class AnalyzeLogTest(absltest.TestCase):
         self.assertEqual((got.upstream_class, got.mismatches, got.tb_samples, got.report_lines),
                          (".", 0, 20, 2))
 
-    def _verdict(self, log, status="compile 0\nsimulate 0\n", expected=None, timeout=False,
-                 limit=False, phase=None):
+    def _verdict(self, log, status="isolate 0\ncompile 0\nsimulate 0\n", expected=None,
+                 timeout=False, limit=False, phase=None, outside=()):
         run = sandbox.Run(0, timeout, 0.1, status, phase)
-        return judge.verdict_from(log, status, run, limit, expected)
+        return judge.verdict_from(log, status, run, limit, expected, outside=outside)
 
     def test_strict_checks_beyond_upstream(self):
         clean = self._verdict(_report(0, 20), expected=20)
@@ -83,11 +83,33 @@ class AnalyzeLogTest(absltest.TestCase):
         self.assertEqual(self._verdict(log, timeout=True).reason, judge.WALL_TIMEOUT)
         self.assertEqual(self._verdict(log, limit=True).reason, judge.LOG_LIMIT)
         self.assertEqual(self._verdict(log, "", phase=0).reason, judge.COMPILE_TIMEOUT)
-        self.assertEqual(self._verdict(log, "compile 0\n", phase=1).reason, "timeout")
-        self.assertEqual(self._verdict(log, "compile 0\nsimulate 152\n").reason,
+        self.assertEqual(self._verdict(log, "isolate 0\n", phase=1).reason,
+                         judge.COMPILE_TIMEOUT)
+        self.assertEqual(self._verdict(log, "isolate 0\ncompile 0\n", phase=2).reason,
+                         "timeout")
+        self.assertEqual(self._verdict(log, "isolate 0\ncompile 0\nsimulate 152\n").reason,
                          judge.CPU_LIMIT)
-        self.assertEqual(self._verdict(log, "compile 0\nsimulate 153\n").reason,
+        self.assertEqual(self._verdict(log, "isolate 0\ncompile 0\nsimulate 153\n").reason,
                          judge.LOG_LIMIT)
+        reached = self._verdict(log, outside=["tb.stats1.errors"])
+        self.assertEqual((reached.passed, reached.reason, reached.upstream_pass),
+                         (False, judge.OUTSIDE_REFERENCE, True))
+        self.assertIn("tb.stats1.errors", reached.detail)
+
+    def test_outside_references_from_the_isolated_elaboration(self):
+        isolated = ("s.sv:3: error: Could not find variable ``tb.stats1.errors'' in "
+                    "``TopModule''\n"
+                    "s.sv:4: error: Unable to bind wire/reg/memory `tb.good1.zero' in "
+                    "`TopModule'\n"
+                    "s.sv:5: error: Unable to bind wire/reg/memory `typo' in `TopModule'\n"
+                    "s.sv:6: error: Unknown module type: RefModule\n"
+                    "s.sv:7: error: Unknown module type: Mispelled\n")
+        full = "s.sv:7: error: Unknown module type: Mispelled\n"
+        code = "// $root in a comment is fine\nmodule TopModule; endmodule\n"
+        self.assertEqual(judge.outside_references(isolated, full, code),
+                         ["RefModule", "tb.good1.zero", "tb.stats1.errors"])
+        self.assertEqual(judge.outside_references("", "", "wire w = $root.tb.x;"), ["$root"])
+        self.assertEqual(judge.outside_references("", "", code), [])
         self.assertEqual(self._verdict(_report(4, 20)).reason, judge.MISMATCH)
         self.assertEqual(self._verdict("").reason, judge.NO_REPORT)
 
@@ -171,12 +193,25 @@ class JudgeTest(absltest.TestCase):
             "early_finish": "`timescale 1 ps/1 ps\n" + _zero(
                 "assign zero = 1'b0;\ninitial #52 $finish;"),
             "syntax_error": _zero("assign zero = ;"),
+            # Reaching into the testbench: reset its error counters, copy the
+            # reference, instantiate the reference, or go through $root.
+            "resets_tb_errors": _zero(
+                "assign zero = 1'b1;\n"
+                "always @(tb.stats1.errors) tb.stats1.errors = 0;\n"
+                "always @(tb.stats1.errors_zero) tb.stats1.errors_zero = 0;"),
+            "copies_reference": _zero("assign zero = tb.good1.zero;"),
+            "instantiates_reference": _zero("RefModule r(.zero(zero));"),
+            "reads_root": _zero("assign zero = $root.tb.good1.zero;"),
             "wrong_module_name": "module Zero(output zero);\nassign zero = 0;\nendmodule\n",
         }
         want = {
             "infinite_loop": "timeout", "endless_print": judge.LOG_LIMIT,
             "writes_outside": judge.MISMATCH, "fake_report_and_finish": judge.EXTRA_REPORT,
             "early_finish": judge.EARLY_FINISH, "syntax_error": "syntax_error",
+            "resets_tb_errors": judge.OUTSIDE_REFERENCE,
+            "copies_reference": judge.OUTSIDE_REFERENCE,
+            "instantiates_reference": judge.OUTSIDE_REFERENCE,
+            "reads_root": judge.OUTSIDE_REFERENCE,
             "wrong_module_name": "unknown_module",
         }
         names = list(hostile)
@@ -195,10 +230,25 @@ class JudgeTest(absltest.TestCase):
         # Faking the report fools upstream's rule alone, not ours.
         self.assertTrue(results[names.index("fake_report_and_finish")].verdict.upstream_pass)
         self.assertTrue(results[names.index("early_finish")].verdict.upstream_pass)
+        # So does reaching into the testbench or the reference.
+        for name in ("resets_tb_errors", "copies_reference", "instantiates_reference"):
+            self.assertTrue(results[names.index(name)].verdict.upstream_pass, name)
+        self.assertIn("tb.stats1.errors",
+                      results[names.index("resets_tb_errors")].verdict.detail)
         # Nothing escaped: no file outside, the data set's testbench untouched.
         self.assertFalse(os.path.exists(escape))
         with open(self.zero.test_path, "rb") as f:
             self.assertEqual(hashlib.sha256(f.read()).hexdigest(), testbench)
+
+    def test_designs_with_their_own_hierarchy_pass(self):
+        own = ("module Const0(output o);\n  assign o = 1'b0;\nendmodule\n\n" + _zero(
+            "wire w;\nConst0 u(.o(w));\n"
+            "function automatic pass_through(input a);\n  pass_through = a;\nendfunction\n"
+            "genvar i;\ngenerate\n  for (i = 0; i < 2; i = i + 1) begin : g\n"
+            "    wire x = u.o;\n  end\nendgenerate\n"
+            "assign zero = pass_through(g[1].x);"))
+        verdict = self.judge.judge(self.zero, own, self.expected[self.zero.id])
+        self.assertTrue(verdict.passed, verdict)
 
     def test_no_run_directory_is_left_behind(self):
         scratch = self.create_tempdir().full_path
@@ -211,8 +261,8 @@ class JudgeTest(absltest.TestCase):
             limits = sandbox.Limits()
 
             def run_script(self, script, run_dir, inputs=(), null_files=(), stdout_name="",
-                           phase_timeouts=()):
-                del script, inputs, null_files, phase_timeouts
+                           phase_timeouts=(), args=()):
+                del script, inputs, null_files, phase_timeouts, args
                 open(os.path.join(run_dir, stdout_name), "w").close()
                 return sandbox.Run(1, False, 0.01, "bwrap: Creating new namespace failed: "
                                    "Operation not permitted\n")

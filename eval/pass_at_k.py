@@ -34,3 +34,21 @@ def mean_pass_at_k(counts, ks):
         values = [pass_at_k(n, c, k) for n, c in counts.values()]
         result[str(k)] = sum(values) / len(values)
     return result
+
+
+def bootstrap_interval(counts, k, resamples=2000, seed=0, level=0.95):
+    """[low, high]: the `level` percentile interval of mean pass@k over problems
+    resampled with replacement (seeded, so a summary is reproducible).
+
+    It measures how much the figure depends on which problems were drawn, not
+    the sampling noise within a problem (pass@k's estimator handles that).
+    """
+    import numpy as np  # pylint: disable=import-outside-toplevel
+    values = np.asarray([pass_at_k(n, c, k) for n, c in counts.values()])
+    if values.size == 0:
+        return None
+    rng = np.random.default_rng(seed)
+    means = values[rng.integers(0, values.size, size=(resamples, values.size))].mean(axis=1)
+    tail = (1.0 - level) / 2 * 100
+    low, high = np.percentile(means, [tail, 100 - tail])
+    return [float(low), float(high)]

@@ -28,9 +28,9 @@ import time
 
 from absl import logging
 
-from eval import extract
 from eval import judge as judge_lib
 from eval import pass_at_k
+from eval import protocols
 
 RESULTS_FILE = "results.jsonl"
 SUMMARY_FILE = "summary.json"
@@ -94,8 +94,8 @@ def reference_seconds(references):
 
 
 def judge_completions(judge, problems_by_id, rows, workers, expected=None, dedup=True,
-                      costs=None):
-    """[Result] for completion `rows`, in their order.
+                      costs=None, protocol=protocols.UPSTREAM):
+    """[Result] for completion `rows`, in their order; code read by `protocol`'s rule.
 
     `expected`: {problem id: testbench sample count} (see judge.verdict_from).
     `costs`: {problem id: estimated seconds}; the costliest problems are judged
@@ -106,7 +106,8 @@ def judge_completions(judge, problems_by_id, rows, workers, expected=None, dedup
     unknown = sorted({r.problem for r in rows} - set(problems_by_id))
     if unknown:
         raise ValueError(f"completions for problems not in the data set: {unknown[:10]}")
-    extracted = [extract.extract(r.completion) for r in rows]
+    read_code = protocols.extractor(protocol)
+    extracted = [read_code(r.completion) for r in rows]
     keys = [(r.problem, hashlib.sha256(e.code.encode()).hexdigest()) for r, e in
             zip(rows, extracted)]
     codes = {}
@@ -129,7 +130,7 @@ def judge_completions(judge, problems_by_id, rows, workers, expected=None, dedup
             for r, e, k, v in zip(rows, extracted, keys, verdicts)]
 
 
-def summarize(results, references, asked_ks=(), extra=None):
+def summarize(results, references, asked_ks=(), extra=None, bootstrap_seed=0):
     """The summary.json dict for `results` and reference `references`."""
     per_problem = collections.defaultdict(lambda: [0, 0, 0])  # n, passed, upstream passed
     for r in results:
@@ -147,7 +148,12 @@ def summarize(results, references, asked_ks=(), extra=None):
     strict = {pid: (c[0], c[1]) for pid, c in per_problem.items()}
     summary = {
         "pass_at_k": pass_at_k.mean_pass_at_k(strict, ks),
-        "problems": {pid: {"n": c[0], "passed": c[1]} for pid, c in sorted(per_problem.items())},
+        "pass_at_k_interval_95": {k: pass_at_k.bootstrap_interval(strict, int(k),
+                                                                  seed=bootstrap_seed)
+                                  for k in map(str, ks)},
+        "bootstrap_seed": bootstrap_seed,
+        "problems": {pid: {"n": c[0], "passed": c[1], "pass_at_1": c[1] / c[0]}
+                     for pid, c in sorted(per_problem.items())},
         "reference_failures": failures,
         "reference_failure_reasons": {pid: references[pid].reason for pid in failures},
         "pass_at_k_without_reference_failures": pass_at_k.mean_pass_at_k(
@@ -161,6 +167,18 @@ def summarize(results, references, asked_ks=(), extra=None):
     }
     summary.update(extra or {})
     return summary
+
+
+def problem_differences(summary_a, summary_b):
+    """Which problems one run solves (any sample passes) and the other does not.
+
+    Over the problems both summaries scored: {"only_a": [...], "only_b": [...]}.
+    """
+    a, b = summary_a["problems"], summary_b["problems"]
+    common = sorted(set(a) & set(b))
+    solved_a = {pid for pid in common if a[pid]["passed"]}
+    solved_b = {pid for pid in common if b[pid]["passed"]}
+    return {"only_a": sorted(solved_a - solved_b), "only_b": sorted(solved_b - solved_a)}
 
 
 def _write_json_atomic(path, obj):

@@ -50,9 +50,18 @@ class SummarizeTest(absltest.TestCase):
         self.assertAlmostEqual(summary["pass_at_k"]["1"], (0.4 + 0 + 1) / 3)
         self.assertAlmostEqual(summary["pass_at_k"]["2"], (0.7 + 0 + 1) / 3)
         self.assertAlmostEqual(summary["pass_at_k"]["5"], (1 + 0 + 1) / 3)
-        self.assertEqual(summary["problems"], {"A": {"n": 5, "passed": 2},
-                                               "B": {"n": 5, "passed": 0},
-                                               "C": {"n": 5, "passed": 5}})
+        self.assertEqual(summary["problems"], {"A": {"n": 5, "passed": 2, "pass_at_1": 0.4},
+                                               "B": {"n": 5, "passed": 0, "pass_at_1": 0.0},
+                                               "C": {"n": 5, "passed": 5, "pass_at_1": 1.0}})
+        for k, (low, high) in summary["pass_at_k_interval_95"].items():
+            self.assertLessEqual(low, summary["pass_at_k"][k])
+            self.assertGreaterEqual(high, summary["pass_at_k"][k])
+        # Resampling 3 problems whose pass@1 is 0.4, 0 and 1: anything from all-B to all-C.
+        low, high = summary["pass_at_k_interval_95"]["1"]
+        self.assertLess(low, 0.3)
+        self.assertGreater(high, 0.7)
+        self.assertEqual(scoring.summarize(results, references, asked_ks=[2, 9]),
+                         summary)  # seeded: the same intervals every time
         self.assertEqual(summary["reference_failures"], ["B"])
         self.assertEqual(summary["reference_failure_reasons"], {"B": "timeout"})
         self.assertAlmostEqual(summary["pass_at_k_without_reference_failures"]["1"], 0.7)
@@ -64,6 +73,14 @@ class SummarizeTest(absltest.TestCase):
         summary = scoring.summarize(results, {"A": _verdict(True)})
         self.assertEqual(summary["pass_at_k"], {"1": 0.5, "2": 1.0})
         self.assertEqual(summary["pass_at_k_upstream_rule"], {"1": 1.0, "2": 1.0})
+
+    def test_problem_differences(self):
+        one = scoring.summarize([_result("A", 0, True), _result("B", 0, False),
+                                 _result("C", 0, True)], {})
+        other = scoring.summarize([_result("A", 0, False), _result("B", 0, True),
+                                   _result("D", 0, True)], {})
+        self.assertEqual(scoring.problem_differences(one, other),
+                         {"only_a": ["A"], "only_b": ["B"]})
 
     def test_uneven_sample_counts_use_the_smallest_n(self):
         results = [_result("A", i, True) for i in range(5)] + [_result("B", 0, False)]

@@ -32,6 +32,7 @@ from eval import completions
 from eval import judge as judge_lib
 from eval import problems as problems_lib
 from eval import prompts
+from eval import protocols
 from eval import repo_paths
 from eval import sampling
 from eval import scoring
@@ -47,6 +48,9 @@ _ALIASES = {
     "problems": flags.DEFINE_string("problems", None, "Problem ids, comma-separated "
                                     "(config: problems; default all)."),
     "shots": flags.DEFINE_integer("shots", None, "In-context examples 0..4 (config: shots)."),
+    "protocol": flags.DEFINE_enum("protocol", None, ["upstream", "reference"],
+                                  "Prompt and extraction protocol (config: protocol; "
+                                  "eval/protocols.py)."),
     "base_url": flags.DEFINE_string("base_url", None, "OpenAI-compatible API base URL, e.g. "
                                     "http://127.0.0.1:8000/v1 (config: base_url)."),
     "model": flags.DEFINE_string("model", None, "Served model name (config: model; default "
@@ -66,7 +70,7 @@ _ALIASES = {
 
 SAMPLES_FILE = "samples.jsonl"
 # Settings that shape the samples: a resumed run must not change them.
-SAMPLING_FIELDS = ("model", "shots", "temperature", "top_p", "max_tokens", "seed",
+SAMPLING_FIELDS = ("model", "protocol", "shots", "temperature", "top_p", "max_tokens", "seed",
                    "keep_special_tokens", "enable_thinking")
 
 
@@ -117,7 +121,8 @@ def _sample(config, selected, out_dir):
         model=config.model, n=config.n, temperature=config.temperature, top_p=config.top_p,
         max_tokens=config.max_tokens, seed=config.seed,
         keep_special_tokens=config.keep_special_tokens, enable_thinking=config.enable_thinking)
-    conversations = [(p.id, prompts.messages(p.prompt(), prefix)) for p in selected]
+    conversations = [(p.id, protocols.messages(config.protocol, p.prompt(), prefix))
+                     for p in selected]
     path = os.path.join(out_dir, SAMPLES_FILE)
     report = sampling.sample(client, settings, conversations, path, config.concurrency)
     if report.failed:
@@ -145,6 +150,7 @@ def run(config):
         raise app.UsageError("--out_dir is required")
     if config.n < 1:
         raise app.UsageError("--n must be at least 1")
+    protocols.check(config.protocol, config.shots)
     out_dir = config_cli.user_path(config.out_dir)
     config.out_dir = out_dir
     config.dataset_dir = (config_cli.user_path(config.dataset_dir) or
@@ -172,10 +178,14 @@ def run(config):
     references = scoring.check_references(judge, present, workers)
     results = scoring.judge_completions(judge, by_id, rows, workers,
                                         scoring.expected_tb_samples(references), config.dedup,
-                                        scoring.reference_seconds(references))
-    summary = scoring.summarize(results, references, _ks(config.k), extra={
+                                        scoring.reference_seconds(references),
+                                        protocol=config.protocol)
+    summary = scoring.summarize(results, references, _ks(config.k),
+                                bootstrap_seed=config.bootstrap_seed, extra={
         "iverilog": judge_lib.iverilog_version(judge.iverilog),
         "sandbox": config.sandbox,
+        "protocol": config.protocol,
+        "sampling": {field: config.get(field) for field in SAMPLING_FIELDS},
         "dataset_dir": config.dataset_dir,
         "samples_file": config.samples or os.path.join(out_dir, SAMPLES_FILE),
     })

@@ -51,8 +51,9 @@ class VerilogEvalTest(absltest.TestCase):
 
         summary = _load(out, "summary.json")
         self.assertEqual(summary["pass_at_k"], {"1": 0.5, "2": 1.0})
-        self.assertEqual(summary["problems"], {zero.id: {"n": 2, "passed": 1},
-                                               counter.id: {"n": 2, "passed": 1}})
+        self.assertEqual(summary["problems"],
+                         {zero.id: {"n": 2, "passed": 1, "pass_at_1": 0.5},
+                          counter.id: {"n": 2, "passed": 1, "pass_at_1": 0.5}})
         self.assertEqual(summary["reference_failures"], [])
         self.assertIn("Icarus Verilog", summary["iverilog"])
         results = _load(out, "results.jsonl")
@@ -106,6 +107,30 @@ class VerilogEvalTest(absltest.TestCase):
             self.assertNotEqual(changed.returncode, 0)
             self.assertIn("temperature: saved 0.8, now 0.2", changed.stderr)
             self.assertLen(server.requests, 3)
+
+    def test_reference_protocol(self):
+        by_spec = self.problems
+
+        def answer(body, count):
+            # The reference asks for a ```verilog block; answer in one, with a
+            # thinking block before it that must be ignored.
+            code = testing.problem_of(body["messages"], by_spec).reference_as_sample()
+            return 200, [f"<think>```verilog\nwrong\n```</think>```verilog\n{code}```"] * count
+
+        out = self.create_tempdir().full_path
+        with testing.FakeChatServer(answer) as server:
+            result = _run(f"--base_url={server.base_url}", f"--problems={','.join(IDS)}",
+                          "--n=2", "--protocol=reference", f"--out_dir={out}")
+            self.assertEqual(result.returncode, 0, result.stderr)
+            request = server.requests[0]
+            self.assertEqual([m["role"] for m in request["messages"]], ["user"])
+            self.assertIn("```verilog", request["messages"][0]["content"])
+        summary = _load(out, "summary.json")
+        self.assertEqual(summary["protocol"], "reference")
+        self.assertEqual(summary["sampling"]["protocol"], "reference")
+        self.assertEqual(summary["pass_at_k"], {"1": 1.0, "2": 1.0})
+        self.assertEqual(summary["pass_at_k_interval_95"], {"1": [1.0, 1.0], "2": [1.0, 1.0]})
+        self.assertEqual(summary["extraction"], {"fenced": 6})
 
     def test_flag_and_config_field_both_given(self):
         result = _run("--n=3", "--config.n=4", f"--out_dir={self.create_tempdir().full_path}")

@@ -133,6 +133,12 @@ class VllmEndToEndTest(absltest.TestCase):
             # A second run on the same directory samples nothing more.
             again = _run_harness(f"--base_url={server.base_url}", *args)
             self.assertEqual(again.returncode, 0, again.stderr[-4000:])
+            # The reference study's protocol, through the same server.
+            reference_out = os.path.join(work, "eval-reference")
+            reference = _run_harness(
+                f"--base_url={server.base_url}", "--protocol=reference",
+                *[a.replace(out, reference_out) for a in args])
+            self.assertEqual(reference.returncode, 0, reference.stderr[-4000:])
         print(f"vLLM ready after {ready_s:.0f} s; whole test {time.monotonic() - start:.0f} s")
         self.assertIsNotNone(server.proc.poll())  # the server is gone
 
@@ -150,10 +156,18 @@ class VllmEndToEndTest(absltest.TestCase):
         self.assertEqual(set(summary["pass_at_k"]), {"1", "2"})
         for value in summary["pass_at_k"].values():
             self.assertBetween(value, 0.0, 1.0)
-        self.assertEqual(summary["problems"], {
-            pid: {"n": 2, "passed": sum(r["passed"] for r in results if r["problem"] == pid)}
-            for pid in IDS})
+        self.assertEqual({pid: p["passed"] for pid, p in summary["problems"].items()},
+                         {pid: sum(r["passed"] for r in results if r["problem"] == pid)
+                          for pid in IDS})
         self.assertEqual(summary["reference_failures"], [])
+        self.assertEqual(summary["protocol"], "upstream")
+        for k, (low, high) in summary["pass_at_k_interval_95"].items():
+            self.assertBetween(summary["pass_at_k"][k], low, high)
+        with open(os.path.join(reference_out, "summary.json")) as f:
+            reference_summary = json.load(f)
+        self.assertEqual(reference_summary["protocol"], "reference")
+        self.assertEqual(reference_summary["num_samples"], 6)
+        self.assertEqual(set(reference_summary["pass_at_k_interval_95"]), {"1", "2"})
         with open(os.path.join(out, "config.json")) as f:
             self.assertEqual(json.load(f)["model"], MODEL_NAME)
 

@@ -19,7 +19,10 @@ def get_config():
     c.icl_dir = ""
     c.problems = ""            # ids separated by commas; "" = all of problems.txt
     c.limit = 0                # first N problems after that (0 = all)
-    c.shots = 0                # in-context examples prepended (0..4)
+    c.shots = 0                # in-context examples prepended (0..4; upstream protocol)
+    # How problems are asked and code is read (eval/protocols.py): "upstream"
+    # (VerilogEval's) or "reference" (arXiv 2605.25645's, to compare with it).
+    c.protocol = "upstream"
     # Server (OpenAI-compatible chat completions, e.g. vLLM).
     c.base_url = "http://127.0.0.1:8000/v1"
     c.model = ""               # "" = the first model the server lists
@@ -39,6 +42,7 @@ def get_config():
     c.samples = ""             # score this completions JSONL instead of sampling
     c.out_dir = ""             # required: samples.jsonl, results.jsonl, summary.json
     c.k = ""                   # more k values for pass@k, e.g. "2,3" (1 and n always)
+    c.bootstrap_seed = 0       # the 95% intervals resample problems with this seed
     c.dedup = True             # judge identical code for a problem once
     # Judging.
     c.workers = 0              # parallel samples (0 = one per core)

@@ -88,7 +88,8 @@ def wait_for_main(workdir, config, timeout_s=600):
         time.sleep(0.5)
 
 
-def _materialize_base(config, workdir):
+def materialize_base(config, workdir):
+    """The base model's directory, writing the tiny base into `workdir` if it is the one."""
     if config.model.name == base_model.TINY:
         from training.formats import tiny_model  # pylint: disable=import-outside-toplevel
         tiny_model.ensure(base_model.tiny_dir(workdir), seed=config.seed)
@@ -104,9 +105,9 @@ def start(config, workdir, *, stack, is_main, barrier, data_parallel):
     run_dir_lib.prepare(workdir)
     if is_main:
         config_cli.write_resolved_config(config, workdir)
-        _materialize_base(config, workdir)
+        materialize_base(config, workdir)
     barrier()
-    base_dir = _materialize_base(config, workdir)  # other hosts may have their own disk
+    base_dir = materialize_base(config, workdir)  # other hosts may have their own disk
     hf_config = base_model.read_config(base_dir)
     dims = gemma4_map.Dims.from_hf_config(hf_config)
     files = base_model.safetensors_files(base_dir)  # every shard opens, or a clear error

@@ -23,6 +23,7 @@ from data import packing
 from tools.common import cli
 from tools.common import config_cli
 from training.common import hparams
+from training.common import lifecycle
 from training.formats import base_model
 from training.formats import gemma4_map
 from training.tpu import mesh_plan
@@ -52,7 +53,7 @@ def run(steps, workdir):
 
     config = cpu.get_config()
     trainer.setup_devices(config)
-    base_dir = base_model.resolve(config.model.name, workdir)
+    base_dir = lifecycle.materialize_base(config, workdir)
     dims = gemma4_map.Dims.from_hf_config(base_model.read_config(base_dir))
     mesh = trainer.make_mesh(mesh_plan.Mesh(config.mesh.fsdp, config.mesh.tp))
     state = trainer.build_state(base_dir, dims, mesh, config, total_steps=100)

@@ -89,6 +89,10 @@ class FsdpTest(absltest.TestCase):
         self.assertTrue(plugin["activation_checkpointing"])
         self.assertTrue(plugin["reshard_after_forward"])
         self.assertFalse(args.gradient_checkpointing)  # FSDP's checkpointing instead
+        # Decided at run time: one process runs without FSDP, unless forced.
+        self.assertFalse(trainer.use_fsdp(config, 1))
+        config.fsdp = False
+        self.assertFalse(trainer.use_fsdp(config, 2))
         self.assertEqual((args.per_device_train_batch_size, args.gradient_accumulation_steps,
                           args.learning_rate, args.warmup_steps, args.weight_decay),
                          (1, 4, 1e-4, 100, 0.001))

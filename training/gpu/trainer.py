@@ -158,10 +158,9 @@ def train(config, workdir):
                             "(config.model.attn_implementation='flash_attention_2')")
     log.info(lifecycle.load_data(run))
 
-    fsdp = processes > 1 if config.fsdp is None else config.fsdp
     model = _model(config, run.base_dir, run.dims)
     args = training_args(config, output_dir, processes, run.accumulation, run.total_steps,
-                         on_gpu=torch.cuda.is_available(), rank=rank, fsdp=fsdp)
+                         on_gpu=torch.cuda.is_available(), rank=rank)
     callback = _RunCallback(run, step_token_counts(run.prepared.sequences,
                                                    config.batch.effective_size),
                             chips=processes, enabled=rank == 0)
@@ -185,8 +184,12 @@ def train(config, workdir):
     return trainer.state.global_step
 
 
-def training_args(config, output_dir, processes, accumulation, total_steps, on_gpu, rank=0,
-                  fsdp=False):
+def use_fsdp(config, processes):
+    """FSDP when several processes run, unless the config forces it on or off."""
+    return processes > 1 if config.fsdp is None else bool(config.fsdp)
+
+
+def training_args(config, output_dir, processes, accumulation, total_steps, on_gpu, rank=0):
     """The SFTConfig of a run: the recipe's hyperparameters, our data, FSDP when asked.
 
     FSDP (version 2, one unit per decoder layer, activation checkpointing when
@@ -194,6 +197,7 @@ def training_args(config, output_dir, processes, accumulation, total_steps, on_g
     only; with several CPU processes the same run is plain data parallel.
     """
     from trl import SFTConfig  # pylint: disable=import-outside-toplevel
+    fsdp = use_fsdp(config, processes)
     fsdp_args = {}
     if fsdp:
         fsdp_args = dict(fsdp=True, fsdp_config={

@@ -30,7 +30,6 @@ _BASE_MODEL = flags.DEFINE_string("base_model", None,
 _FORMAT = flags.DEFINE_enum("format", "both", ["peft", "merged", "both"], "What to write.")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where to write.")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an existing --output_dir.")
-flags.mark_flags_as_required(["run_dir", "output_dir"])
 
 
 def main(argv):
@@ -47,4 +46,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    # Here, not at import: tests import this module under their own flags.
+    flags.mark_flags_as_required(["run_dir", "output_dir"])
     cli.run(main)

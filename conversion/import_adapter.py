@@ -33,7 +33,6 @@ _BASE_MODEL = flags.DEFINE_string("base_model", None, "Base HF directory or Hub 
                                   "adapter's base_model_name_or_path by default).")
 _OUTPUT_DIR = flags.DEFINE_string("output_dir", None, "Where to write the Orbax LoRA state.")
 _OVERWRITE = flags.DEFINE_bool("overwrite", False, "Replace an existing --output_dir.")
-flags.mark_flags_as_required(["adapter", "output_dir"])
 
 
 def import_adapter(adapter_dir, base, output_dir, overwrite=False):
@@ -64,4 +63,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    # Here, not at import: tests import this module under their own flags.
+    flags.mark_flags_as_required(["adapter", "output_dir"])
     cli.run(main)

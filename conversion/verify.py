@@ -22,7 +22,6 @@ _RUN_DIR = flags.DEFINE_string("run_dir", None, "The TPU run that was exported."
 _EXPORT_DIR = flags.DEFINE_string("export_dir", None, "--output_dir of a --format=both export.")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest).")
 _TOLERANCE = flags.DEFINE_float("tolerance", 1e-4, "Largest allowed |logit difference|.")
-flags.mark_flags_as_required(["run_dir", "export_dir"])
 
 
 def tokens(vocab, length=48, seed=0):
@@ -103,4 +102,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    # Here, not at import: tests import this module under their own flags.
+    flags.mark_flags_as_required(["run_dir", "export_dir"])
     cli.run(main)

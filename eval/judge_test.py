@@ -96,6 +96,27 @@ class AnalyzeLogTest(absltest.TestCase):
                          (False, judge.OUTSIDE_REFERENCE, True))
         self.assertIn("tb.stats1.errors", reached.detail)
 
+    def test_which_samples_are_elaborated_alone(self):
+        reaching = {
+            "hierarchical": "assign zero = tb.good1.zero;",
+            "indexed": "assign zero = g[0].x;",
+            "instance": "RefModule r(.zero(zero));",
+            "positional_instance": "RefModule r(zero);",
+            "parameterized_instance": "RefModule #(1) r(zero);",
+            "instance_array": "RefModule r [1:0] (zero);",
+            "escaped_name": "assign zero = \\tb .good1.zero;",
+            "macro": "`R r(zero);",
+            "root": "assign zero = $root.x;",
+        }
+        for name, body in reaching.items():
+            with self.subTest(name=name):
+                self.assertTrue(judge.may_reach_outside(_zero(body)))
+        plain = ("module Const0(output o);\n  assign o = 1'b0;\nendmodule\n" + _zero(
+            "// tb.good1.zero in a comment\nConst0 u(.o(zero));\nand g1(w, zero, zero);\n"
+            "initial $display(\"tb.x %d\", 1.5);\nalways @(posedge zero) if (zero) "
+            "begin end else begin end"))
+        self.assertFalse(judge.may_reach_outside(plain))
+
     def test_outside_references_from_the_isolated_elaboration(self):
         isolated = ("s.sv:3: error: Could not find variable ``tb.stats1.errors'' in "
                     "``TopModule''\n"

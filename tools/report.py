@@ -15,7 +15,6 @@ from tools.common import config_cli
 _CONFIG = config_cli.define_config_flag(__file__)
 _RUNS = flags.DEFINE_list("runs", None, "Run directories: training, serving sweeps, evals.")
 _OUT = flags.DEFINE_string("out", None, "Where the report is written.")
-flags.mark_flags_as_required(["runs", "out"])
 
 
 def main(argv):
@@ -26,4 +25,6 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    # Here, not at import: tests import this module under their own flags.
+    flags.mark_flags_as_required(["runs", "out"])
     cli.run(main)

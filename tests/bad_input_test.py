@@ -39,7 +39,7 @@ CASES = {
     "data_inspect": ("data.inspect_data", ["--input=" + MISSING + ".jsonl"],
                      "is neither a file, nor 'sample'"),
     "tools_report": ("tools.report", ["--runs=" + MISSING, "--out={tmp}/r"],
-                     "not implemented yet"),
+                     "is not a directory"),
 }
 
 

@@ -1,30 +1,260 @@
 """Turns training, serving and evaluation results into the TPU-vs-GPU comparison.
 
-    bazel run //tools:report -- --runs=runs/v5p8,runs/h100x2 --out=report
+    bazel run //tools:report -- --runs=runs/v5p8,runs/h100x2,out/bench-tpu,out/eval --out=report
+    bazel run //tools:report -- --reference --out=report-paper
 
-Not implemented yet (issue #15): it parses its flags and config, says so and
-exits 1.
+Reads the run directories given (tools/runs.py says which kinds) or, with
+--reference, the published figures of arXiv 2605.25645, and writes into --out
+the report as JSON (every figure, with the file it came from), as Markdown and
+as self-contained HTML (plots embedded, opens offline), and the plots as PNG. Prices and peaks come from the machine table (tools/common/machines.py).
+An input that is missing is said to be missing, never filled in. With
+--reference the report also checks the paper's claims against its own inputs.
 """
+
+import base64
+import html
+import json
+import os
 
 from absl import app
 from absl import flags
 
+from tools import comparison
+from tools import runs as runs_lib
 from tools.common import cli
 from tools.common import config_cli
 
 _CONFIG = config_cli.define_config_flag(__file__)
-_RUNS = flags.DEFINE_list("runs", None, "Run directories: training, serving sweeps, evals.")
-_OUT = flags.DEFINE_string("out", None, "Where the report is written.")
+_RUNS = flags.DEFINE_list("runs", [], "Run directories: training, serving sweeps, evaluations.")
+_REFERENCE = flags.DEFINE_bool("reference", False, "Report the reference study's published "
+                               "figures instead of runs.")
+_OUT = flags.DEFINE_string("out", "report", "Where the report is written.")
+
+
+def _fmt(value, digits=2):
+    if value is None:
+        return "n/a"
+    if isinstance(value, float):
+        return f"{value:,.{digits}f}"
+    return str(value)
+
+
+def _money(value):
+    return "n/a" if value is None else f"${value:,.2f}"
+
+
+# A report is a list of blocks, rendered to Markdown and to HTML alike:
+# ("h", level, text) ("p", text) ("table", header, rows) ("img", path, caption).
+
+
+def blocks(report, plots):
+    out = [("h", 1, "TPU vs GPU: fine-tuning and serving Gemma 4"),
+           ("p", f"Inputs: {report['source']}.")]
+    if report["missing"]:
+        out.append(("p", "Missing: " + "; ".join(report["missing"]) + "."))
+    out.append(("h", 2, "Training"))
+    out.append(("table", ["run", "machine", "hours", "tokens/s", "trained tokens/s", "MFU",
+                          "$/hour", "$ per run", "$ per 1M tokens", "$ per 1M trained tokens",
+                          "from"],
+                [[r["label"], r["machine"], _fmt(r["hours"]), _fmt(r["tokens_per_s"], 1),
+                  _fmt(r["trained_tokens_per_s"], 1),
+                  "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%",
+                  _money(r["dollars_per_hour"]), _money(r["cost"]),
+                  _money(r["dollars_per_million_tokens"]),
+                  _money(r["dollars_per_million_trained_tokens"]), r["source"]]
+                 for r in report["training"]]))
+    ratios = report["training_ratios"]
+    if ratios["gpu_cost_over_tpu"] is not None:
+        out.append(("p", f"GPU training costs {ratios['gpu_cost_over_tpu']:.2f}x the TPU's; "
+                         f"TPU processes {ratios['tpu_speed_over_gpu']:.2f}x the GPU's "
+                         "tokens per second."))
+    for name in ("loss", "grad_norm"):
+        if name in plots:
+            out.append(("img", plots[name], f"{name} per step, both stacks"))
+    out.append(("h", 2, "Serving"))
+    rows = []
+    for s in report["serving"]:
+        for length, v in s["input_lengths"].items():
+            ttft = v["median_ttft_ms_by_rate"]
+            rows.append([s["label"], s["machine"], length, _fmt(v["peak_output_tok_s"], 1),
+                         _fmt(v["saturation_rate"]), _money(v["dollars_per_million_output_tokens"]),
+                         ", ".join(f"{rate}: {_fmt(ms, 0)}" for rate, ms in ttft.items()) or "n/a",
+                         s["source"]])
+    out.append(("table", ["run", "machine", "input tokens", "peak output tok/s",
+                          "saturation (req/s)", "$ per 1M output tokens",
+                          "median TTFT ms by request rate", "from"], rows))
+    if "serving" in plots:
+        out.append(("img", plots["serving"], "output tokens/s by request rate"))
+    own = report["ownership"]
+    out.append(("h", 2, "Cost of ownership"))
+    if own["platforms"]:
+        hours = list(next(iter(own["platforms"].values()))["at_hours"])
+        out.append(("table", ["platform", "training", "serving $/hour",
+                              *[f"training + {h} h" for h in hours],
+                              f"$ per 1M output tokens ({own['input_len']} in)", "from"],
+                    [[name, _money(p["training_cost"]), _money(p["serving_dollars_per_hour"]),
+                      *[_money(p["at_hours"][h]) for h in hours],
+                      _money(p["dollars_per_million_output_tokens"]), ", ".join(p["sources"])]
+                     for name, p in own["platforms"].items()]))
+        if "gpu_over_tpu_at_hours" in own:
+            text = "GPU / TPU: " + ", ".join(f"{_fmt(r)}x at {h} h" for h, r in
+                                             own["gpu_over_tpu_at_hours"].items())
+            cross = own.get("crossover_hours")
+            text += (f"; the two cost the same after {cross:.1f} h of serving" if cross
+                     else "; the lines do not cross")
+            cross = own.get("crossover_million_output_tokens")
+            text += (f"; per output token they cross at {cross:.1f} M tokens" if cross
+                     else "; per output token they do not cross")
+            out.append(("p", text + "."))
+        if "ownership" in plots:
+            out.append(("img", plots["ownership"], "training + hours of serving"))
+    else:
+        out.append(("p", "Not computed: no platform has both a training run and a serving "
+                         "sweep."))
+    out.append(("h", 2, "Quality (VerilogEval spec-to-rtl)"))
+    out.append(("table", ["model", "protocol", "pass@k", "95% interval", "problems", "from"],
+                [[q["label"], q["protocol"] or "n/a",
+                  ", ".join(f"pass@{k} {_fmt(v, 3)}" for k, v in q["pass_at_k"].items()),
+                  ", ".join(f"pass@{k} [{_fmt(lo, 3)}, {_fmt(hi, 3)}]"
+                            for k, (lo, hi) in q["interval_95"].items()) or "n/a",
+                  _fmt(q["problems"]), q["source"]] for q in report["quality"]]))
+    for d in report["quality_differences"]:
+        out.append(("p", f"Solved by {d['a']} only: {', '.join(d['only_a']) or 'none'}. "
+                         f"Solved by {d['b']} only: {', '.join(d['only_b']) or 'none'}."))
+    if report.get("checks") is not None:
+        out.append(("h", 2, "The paper's claims against its own inputs"))
+        out.append(("table", ["claim", "published", "from its inputs", "follows"],
+                    [[c["claim"], _fmt(c["published"]), _fmt(c["recomputed"], 3),
+                      "yes" if c["holds"] else "NO"] for c in report["checks"]]))
+    return out
+
+
+def markdown(doc):
+    lines = []
+    for block in doc:
+        if block[0] == "h":
+            lines += ["#" * block[1] + " " + block[2], ""]
+        elif block[0] == "p":
+            lines += [block[1], ""]
+        elif block[0] == "table":
+            _, header, rows = block
+            lines.append("| " + " | ".join(header) + " |")
+            lines.append("|" + "---|" * len(header))
+            lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
+            lines.append("")
+        elif block[0] == "img":
+            lines += [f"![{block[2]}]({os.path.basename(block[1])})", ""]
+    return "\n".join(lines)
+
+
+def html_page(doc):
+    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>TPU vs GPU</title>"
+             "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
+             "table{border-collapse:collapse;margin:1em 0;font-size:90%}"
+             "td,th{border:1px solid #bbb;padding:3px 6px}img{max-width:100%}</style>"
+             "</head><body>"]
+    for block in doc:
+        if block[0] == "h":
+            parts.append(f"<h{block[1]}>{html.escape(block[2])}</h{block[1]}>")
+        elif block[0] == "p":
+            parts.append(f"<p>{html.escape(block[1])}</p>")
+        elif block[0] == "table":
+            _, header, rows = block
+            parts.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header)
+                         + "</tr>" + "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>"
+                                                                 for c in row) + "</tr>"
+                                             for row in rows) + "</table>")
+        elif block[0] == "img":
+            with open(block[1], "rb") as f:
+                data = base64.b64encode(f.read()).decode()
+            parts.append(f"<figure><img alt='{html.escape(block[2])}' "
+                         f"src='data:image/png;base64,{data}'>"
+                         f"<figcaption>{html.escape(block[2])}</figcaption></figure>")
+    return "".join(parts) + "</body></html>\n"
+
+
+def plot(report, runs, out_dir):
+    """PNG plots of what the inputs allow: {name: path}."""
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt  # pylint: disable=import-outside-toplevel
+    written = {}
+
+    def save(figure, name):
+        path = os.path.join(out_dir, f"{name}.png")
+        figure.savefig(path, dpi=100, bbox_inches="tight")
+        plt.close(figure)
+        written[name] = path
+
+    for curve in ("loss", "grad_norm"):
+        series = [(t.label, t.curves.get(curve)) for t in runs.training if t.curves.get(curve)]
+        if series:
+            figure, axis = plt.subplots(figsize=(7, 4))
+            for label, points in series:
+                axis.plot(*zip(*points), label=label)
+            axis.set_xlabel("optimizer step")
+            axis.set_ylabel(curve)
+            axis.legend()
+            save(figure, curve)
+    served = [(s["label"], length, v["output_throughput_by_rate"])
+              for s in report["serving"] for length, v in s["input_lengths"].items()
+              if any(x is not None for x in v["output_throughput_by_rate"].values())]
+    if served:
+        figure, axis = plt.subplots(figsize=(7, 4))
+        for label, length, by_rate in served:
+            rates = [r for r, x in by_rate.items() if x is not None]
+            axis.plot([float(r) for r in rates], [by_rate[r] for r in rates], marker="o",
+                      label=f"{label}, {length} in")
+        axis.set_xscale("log", base=2)
+        axis.set_xlabel("request rate (req/s)")
+        axis.set_ylabel("output tokens/s")
+        axis.legend(fontsize=8)
+        save(figure, "serving")
+    platforms = report["ownership"]["platforms"]
+    if platforms and all(p["training_cost"] is not None and p["serving_dollars_per_hour"]
+                         is not None for p in platforms.values()):
+        figure, axis = plt.subplots(figsize=(7, 4))
+        hours = [h / 2 for h in range(0, 97)]
+        for name, p in platforms.items():
+            axis.plot(hours, [p["training_cost"] + h * p["serving_dollars_per_hour"]
+                              for h in hours], label=name)
+        axis.set_xlabel("hours of serving after training")
+        axis.set_ylabel("$")
+        axis.legend()
+        save(figure, "ownership")
+    return written
+
+
+def write(report, runs, out_dir):
+    os.makedirs(out_dir, exist_ok=True)
+    plots = plot(report, runs, out_dir)
+    doc = blocks(report, plots)
+    files = {"report.json": json.dumps(report, indent=2) + "\n",
+             "report.md": markdown(doc) + "\n", "report.html": html_page(doc)}
+    for name, text in files.items():
+        path = os.path.join(out_dir, name)
+        with open(path + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)
+    return [os.path.join(out_dir, name) for name in files] + list(plots.values())
 
 
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    raise cli.UserError("//tools:report is not implemented yet (issue #15); nothing was "
-                        f"written to {config_cli.user_path(_OUT.value)}")
+    if _REFERENCE.value == bool(_RUNS.value):
+        raise app.UsageError("give either --runs=DIR[,DIR...] or --reference")
+    runs = (runs_lib.reference() if _REFERENCE.value
+            else runs_lib.load([config_cli.user_path(d) for d in _RUNS.value]))
+    config = _CONFIG.value
+    report = comparison.build(runs, hours=config.tco_hours, input_len=config.tco_input_len)
+    out_dir = config_cli.user_path(_OUT.value)
+    config_cli.write_resolved_config(config, out_dir)
+    for path in write(report, runs, out_dir):
+        print(path)
+    for missing in report["missing"]:
+        print(f"missing: {missing}")
 
 
 if __name__ == "__main__":
-    # Here, not at import: tests import this module under their own flags.
-    flags.mark_flags_as_required(["runs", "out"])
     cli.run(main)

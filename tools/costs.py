@@ -1,0 +1,43 @@
+"""The cost arithmetic of the comparison, written once (prices: tools/common/machines.py).
+
+    training cost        = hours x $/hour
+    $ per 1M tokens      = $/hour / (tokens/s x 3600 / 1e6)
+    cost of ownership    = training cost + hours of serving x serving $/hour
+    per-token ownership  = training cost + millions of output tokens x serving $ per 1M
+The last one counts what serving produces, which the reference's hourly
+figure ignores: a machine that serves twice as fast needs half the hours.
+"""
+
+
+def training_cost(hours, dollars_per_hour):
+    if hours is None or dollars_per_hour is None:
+        return None
+    return hours * dollars_per_hour
+
+
+def dollars_per_million_tokens(tokens_per_s, dollars_per_hour):
+    if not tokens_per_s or dollars_per_hour is None:
+        return None
+    return dollars_per_hour / (tokens_per_s * 3600 / 1e6)
+
+
+def ownership(train_cost, serving_dollars_per_hour, hours):
+    """Training plus `hours` of serving, in dollars."""
+    if train_cost is None or serving_dollars_per_hour is None:
+        return None
+    return train_cost + hours * serving_dollars_per_hour
+
+
+def crossover(a_fixed, a_rate, b_fixed, b_rate):
+    """Where a_fixed + a_rate x = b_fixed + b_rate x (x >= 0), or None if never."""
+    if None in (a_fixed, a_rate, b_fixed, b_rate) or a_rate == b_rate:
+        return None
+    x = (b_fixed - a_fixed) / (a_rate - b_rate)
+    return x if x >= 0 else None
+
+
+def ratio(a, b):
+    """a / b, None when either is unknown or b is 0."""
+    if a is None or not b:
+        return None
+    return a / b

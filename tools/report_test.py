@@ -1,0 +1,148 @@
+import json
+import os
+import subprocess
+import sys
+
+from absl.testing import absltest
+
+from tools import comparison
+from tools import runs as runs_lib
+
+
+def _write(path, value):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as f:
+        if path.endswith(".jsonl"):
+            f.writelines(json.dumps(v) + "\n" for v in value)
+        else:
+            json.dump(value, f)
+
+
+def fake_training(directory, stack, machine, step_seconds, losses):
+    _write(os.path.join(directory, "run.json"), {"stack": stack, "machine": machine})
+    _write(os.path.join(directory, "metrics.jsonl"), [
+        {"step": i + 1, "loss": loss, "grad_norm": 1.0, "tokens": 3600, "trained_tokens": 900,
+         "step_time_s": step_seconds, "mfu": 0.5} for i, loss in enumerate(losses)])
+    return directory
+
+
+def fake_serving(directory, machine, peak_by_rate):
+    points = [{"status": "ok", "rate": rate, "output_throughput": tok_s, "median_ttft_ms": 50.0,
+               "p99_ttft_ms": 90.0, "median_tpot_ms": 10.0, "p99_tpot_ms": 20.0}
+              for rate, tok_s in peak_by_rate.items()]
+    _write(os.path.join(directory, "summary.json"), {
+        "record": {"machine": machine}, "input_lengths": {"4096": {
+            "saturation_rate": max(peak_by_rate), "peak_output_tok_s": max(
+                peak_by_rate.values()), "points": points}}})
+    return directory
+
+
+def fake_eval(directory, solved):
+    _write(os.path.join(directory, "summary.json"), {
+        "pass_at_k": {"1": 0.5}, "pass_at_k_interval_95": {"1": [0.2, 0.8]},
+        "protocol": "upstream",
+        "problems": {p: {"n": 1, "passed": int(p in solved)} for p in ("P1", "P2", "P3")}})
+    return directory
+
+
+class ReferenceTest(absltest.TestCase):
+    """The paper's tables recomputed from its published inputs by the report's code."""
+
+    def setUp(self):
+        super().setUp()
+        self.report = comparison.build(runs_lib.reference(), hours=(1.0, 24.0))
+        self.training = {r["platform"]: r for r in self.report["training"]}
+        self.serving = {r["platform"]: r["input_lengths"] for r in self.report["serving"]}
+        self.owned = self.report["ownership"]["platforms"]
+
+    def test_training(self):
+        self.assertEqual(round(self.training["TPU"]["cost"], 2), 56.11)
+        self.assertEqual(round(self.training["GPU"]["cost"], 2), 119.23)
+        self.assertEqual(round(self.report["training_ratios"]["gpu_cost_over_tpu"], 2), 2.12)
+        # $ per 1M tokens processed (the paper's tokens/s): 6.12 vs 12.64.
+        self.assertEqual(round(self.training["TPU"]["dollars_per_million_tokens"], 2), 6.12)
+        self.assertEqual(round(self.training["GPU"]["dollars_per_million_tokens"], 2), 12.64)
+
+    def test_serving(self):
+        per_million = {p: {n: round(v["dollars_per_million_output_tokens"], 2)
+                           for n, v in lengths.items()} for p, lengths in self.serving.items()}
+        self.assertEqual((per_million["TPU"]["512"], per_million["GPU"]["512"]), (4.26, 4.12))
+        self.assertEqual((per_million["TPU"]["4096"], per_million["GPU"]["4096"]), (4.96, 8.44))
+
+    def test_ownership_and_the_day_claim(self):
+        self.assertEqual((round(self.owned["TPU"]["at_hours"]["1"], 2),
+                          round(self.owned["GPU"]["at_hours"]["1"], 2)), (77.63, 141.35))
+        self.assertEqual(round(self.report["ownership"]["gpu_over_tpu_at_hours"]["1"], 2), 1.82)
+        self.assertEqual((round(self.owned["TPU"]["at_hours"]["24"], 2),
+                          round(self.owned["GPU"]["at_hours"]["24"], 2)), (572.59, 650.11))
+        self.assertEqual(round(self.report["ownership"]["gpu_over_tpu_at_hours"]["24"], 2), 1.14)
+        checks = {c["claim"]: c for c in self.report["checks"]}
+        day = next(c for name, c in checks.items() if "a day of serving" in name)
+        self.assertFalse(day["holds"])
+        self.assertTrue(all(c["holds"] for c in checks.values() if c is not day))
+        self.assertEqual(self.report["missing"], [])
+
+
+class RunsReportTest(absltest.TestCase):
+
+    def test_report_from_run_directories(self):
+        tmp = self.create_tempdir().full_path
+        directories = [
+            fake_training(os.path.join(tmp, "tpu"), "tpu", "tpu-v5p-8", 2.0, [3.0, 2.0, 1.5]),
+            fake_training(os.path.join(tmp, "gpu"), "gpu", "gpu-h100x2", 4.0, [3.0, 2.1, 1.6]),
+            fake_serving(os.path.join(tmp, "bench-tpu"), "tpu-v6e-8", {1.0: 500.0, 4.0: 1200.0}),
+            fake_serving(os.path.join(tmp, "bench-gpu"), "gpu-h100x2", {1.0: 400.0, 4.0: 700.0}),
+            fake_eval(os.path.join(tmp, "eval-tpu"), {"P1", "P2"}),
+            fake_eval(os.path.join(tmp, "eval-gpu"), {"P2", "P3"}),
+        ]
+        out = os.path.join(tmp, "report")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        done = subprocess.run([sys.executable, "-m", "tools.report", "--runs=" + ",".join(
+            directories), f"--out={out}"], env=env, capture_output=True, text=True,
+            timeout=300, check=False)
+        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+        with open(os.path.join(out, "report.json")) as f:
+            report = json.load(f)
+        training = {r["platform"]: r for r in report["training"]}
+        # 3 steps of 3600 tokens in 6 s: 1800 tok/s; $16.80/h for 6 s.
+        self.assertAlmostEqual(training["TPU"]["tokens_per_s"], 1800.0)
+        self.assertAlmostEqual(training["TPU"]["trained_tokens_per_s"], 450.0)
+        self.assertAlmostEqual(training["TPU"]["cost"], 16.80 * 6 / 3600)
+        self.assertAlmostEqual(training["GPU"]["cost"], 22.12 * 12 / 3600)
+        self.assertEqual(training["TPU"]["source"], os.path.join(directories[0], "metrics.jsonl"))
+        serving = {r["platform"]: r for r in report["serving"]}
+        self.assertAlmostEqual(serving["TPU"]["input_lengths"]["4096"][
+            "dollars_per_million_output_tokens"], 21.52 / (1200 * 3600 / 1e6))
+        self.assertAlmostEqual(report["ownership"]["platforms"]["GPU"]["at_hours"]["24"],
+                               22.12 * 12 / 3600 + 24 * 22.12)
+        self.assertEqual(report["quality_differences"], [
+            {"a": "eval-tpu", "b": "eval-gpu", "only_a": ["P1"], "only_b": ["P3"]}])
+        self.assertEqual(report["missing"], [])
+        for name in ("report.md", "report.html", "loss.png", "grad_norm.png", "serving.png",
+                     "ownership.png"):
+            self.assertTrue(os.path.exists(os.path.join(out, name)), name)
+        with open(os.path.join(out, "report.html")) as f:
+            page = f.read()
+        self.assertEqual(page.count("data:image/png;base64,"), 4)  # self-contained
+        with open(os.path.join(out, "report.md")) as f:
+            text = f.read()
+        for section in ("## Training", "## Serving", "## Cost of ownership", "## Quality"):
+            self.assertIn(section, text)
+
+    def test_missing_inputs_are_said_missing(self):
+        tmp = self.create_tempdir().full_path
+        runs = runs_lib.load([fake_training(os.path.join(tmp, "tpu"), "tpu", "cpu", 1.0, [1.0])])
+        report = comparison.build(runs)
+        self.assertEqual(report["missing"], [
+            "no GPU training run", "no serving sweep", "no evaluation",
+            "no platform with both a training run and a serving sweep: no cost of ownership"])
+        self.assertEqual(report["training"][0]["cost"], 0.0)  # the CPU machine is free
+
+    def test_unknown_directory_is_a_user_error(self):
+        tmp = self.create_tempdir().full_path
+        with self.assertRaisesRegex(runs_lib.RunsError, "holds no run.json or summary.json"):
+            runs_lib.load([tmp])
+
+
+if __name__ == "__main__":
+    absltest.main()

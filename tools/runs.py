@@ -1,0 +1,165 @@
+"""The run directories the report reads, as plain records, and the reference's.
+
+A directory is recognized by what it holds:
+  training   run.json + metrics.jsonl (--workdir of //training/tpu:sft or //training/gpu:sft)
+  serving    summary.json with `input_lengths` (//serving:bench --out_dir)
+  quality    summary.json with `pass_at_k` (//eval:verilog_eval --out_dir)
+Anything else is reported as not understood; nothing is guessed. Every record
+names the file its figures came from. `reference` builds the same records
+from the published figures of arXiv 2605.25645 (tools/reference/), so the
+paper's tables go through the code that reports our runs.
+"""
+
+import dataclasses
+import json
+import os
+
+from tools.common import cli
+
+REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference",
+                         "arxiv_2605_25645.json")
+
+
+class RunsError(cli.UserError):
+    pass
+
+
+@dataclasses.dataclass
+class Training:
+    label: str
+    stack: str
+    machine: str
+    hours: float
+    tokens_per_s: float
+    trained_tokens_per_s: float | None = None
+    tokens: int | None = None
+    trained_tokens: int | None = None
+    mfu: float | None = None
+    curves: dict = dataclasses.field(default_factory=dict)  # name -> [(step, value)]
+    source: str = ""
+
+
+@dataclasses.dataclass
+class Serving:
+    label: str
+    machine: str
+    peak_output_tok_s: dict  # input length (str) -> output tok/s
+    saturation_rate: dict = dataclasses.field(default_factory=dict)
+    points: dict = dataclasses.field(default_factory=dict)  # input length -> [point dicts]
+    source: str = ""
+
+
+@dataclasses.dataclass
+class Quality:
+    label: str
+    pass_at_k: dict
+    interval: dict = dataclasses.field(default_factory=dict)
+    problems: dict = dataclasses.field(default_factory=dict)  # id -> {"n", "passed"}
+    protocol: str = ""
+    source: str = ""
+
+
+@dataclasses.dataclass
+class Runs:
+    training: list = dataclasses.field(default_factory=list)
+    serving: list = dataclasses.field(default_factory=list)
+    quality: list = dataclasses.field(default_factory=list)
+    published: dict = dataclasses.field(default_factory=dict)
+    source: str = ""
+
+
+def _json(path):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as e:
+        raise RunsError(f"cannot read {path}: {e}") from None
+
+
+def _training(directory):
+    info = _json(os.path.join(directory, "run.json"))
+    path = os.path.join(directory, "metrics.jsonl")
+    try:
+        with open(path) as f:
+            records = [json.loads(line) for line in f if line.strip()]
+    except (OSError, ValueError) as e:
+        raise RunsError(f"cannot read {path}: {e}") from None
+    if not records:
+        raise RunsError(f"{path} holds no step")
+    seconds = sum(r["step_time_s"] for r in records)
+    tokens = sum(r["tokens"] for r in records)
+    trained = sum(r["trained_tokens"] for r in records)
+    mfus = [r["mfu"] for r in records if r.get("mfu") is not None]
+    curves = {name: [(r["step"], r[name]) for r in records if r.get(name) is not None]
+              for name in ("loss", "grad_norm")}
+    return Training(
+        label=f"{info['stack'].upper()} {info.get('machine', '?')}", stack=info["stack"],
+        machine=info.get("machine", "?"), hours=seconds / 3600, tokens_per_s=tokens / seconds,
+        trained_tokens_per_s=trained / seconds, tokens=tokens, trained_tokens=trained,
+        mfu=sum(mfus) / len(mfus) if mfus else None, curves=curves, source=path)
+
+
+def _serving(directory, summary):
+    path = os.path.join(directory, "summary.json")
+    record = summary.get("record") or {}
+    lengths = summary["input_lengths"]
+    return Serving(
+        label=record.get("label") or record.get("machine") or os.path.basename(directory),
+        machine=record.get("machine", "?"),
+        peak_output_tok_s={k: v["peak_output_tok_s"] for k, v in lengths.items()},
+        saturation_rate={k: v["saturation_rate"] for k, v in lengths.items()},
+        points={k: [p for p in v["points"] if p.get("status") == "ok"]
+                for k, v in lengths.items()},
+        source=path)
+
+
+def _quality(directory, summary):
+    return Quality(
+        label=os.path.basename(os.path.normpath(directory)), pass_at_k=summary["pass_at_k"],
+        interval=summary.get("pass_at_k_interval_95", {}),
+        problems=summary.get("problems", {}), protocol=summary.get("protocol", ""),
+        source=os.path.join(directory, "summary.json"))
+
+
+def load(directories):
+    """Runs of every directory given; a directory of no known kind is an error."""
+    runs = Runs(source=", ".join(directories))
+    for directory in directories:
+        if not os.path.isdir(directory):
+            raise RunsError(f"{directory} is not a directory")
+        summary_path = os.path.join(directory, "summary.json")
+        if os.path.exists(os.path.join(directory, "run.json")):
+            runs.training.append(_training(directory))
+        elif os.path.exists(summary_path):
+            summary = _json(summary_path)
+            if "input_lengths" in summary:
+                runs.serving.append(_serving(directory, summary))
+            elif "pass_at_k" in summary:
+                runs.quality.append(_quality(directory, summary))
+            else:
+                raise RunsError(f"{summary_path} is neither a serving sweep nor an evaluation")
+        else:
+            raise RunsError(f"{directory} holds no run.json or summary.json: not a training, "
+                            "serving or evaluation run")
+    return runs
+
+
+def reference(path=REFERENCE):
+    """The reference study's published figures as Runs."""
+    data = _json(path)
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    path = os.path.relpath(path, root) if path.startswith(root + os.sep) else path
+    runs = Runs(published=data.get("published", {}), source=data["source"])
+    for t in data["training"]:
+        runs.training.append(Training(label=t["label"], stack=t["stack"], machine=t["machine"],
+                                      hours=t["hours"], tokens_per_s=t["tokens_per_s"],
+                                      source=path))
+    for s in data["serving"]:
+        points = {length: [{"rate": 4.0, "median_ttft_ms": ttft}]
+                  for length, ttft in s.get("median_ttft_ms_at_rate_4", {}).items()}
+        runs.serving.append(Serving(label=s["label"], machine=s["machine"],
+                                    peak_output_tok_s=s["peak_output_tok_s"], points=points,
+                                    source=path))
+    for q in data["quality"]:
+        runs.quality.append(Quality(label=q["label"], pass_at_k=q["pass_at_k"], source=path))
+    return runs

@@ -14,7 +14,6 @@ output tokens per input length) and throughput/TTFT plots into --out_dir.
 
 import json
 import os
-import socket
 
 from absl import app
 from absl import flags
@@ -44,12 +43,6 @@ _OUT_DIR = flags.DEFINE_string("out_dir", "runs/bench", "Where results go.")
 ENTRY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_bench_main.py")
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run(config, out_dir, *, base_url=None, model=None, adapters=None, tokenizer=None,
         server_json=None, lengths=None, rates=None, output_len=None, num_prompts=None,
         label=None, echo=True):
@@ -62,7 +55,7 @@ def run(config, out_dir, *, base_url=None, model=None, adapters=None, tokenizer=
         if base_url is None:
             model_path = launcher.resolve_model(config, model, out_dir)
             server, record = launcher.launch(config, model_path, adapters, "127.0.0.1",
-                                             _free_port(), os.path.join(out_dir, "server"),
+                                             launcher.free_port(), os.path.join(out_dir, "server"),
                                              echo=echo)
             base_url = record["base_url"]
             served = next(iter(adapters), model_path)

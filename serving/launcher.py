@@ -17,6 +17,7 @@ import collections
 import os
 import shlex
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -70,6 +71,13 @@ def command(config, model, adapters, host, port, served_model_name=None):
         return ["docker", "run", "--rm", "--net=host", "--shm-size=16g", *device, *mounts,
                 *envs, "-e", "HF_TOKEN", config.image, "vllm", "serve", *args], {}
     raise server_config.ConfigError(f"unknown runtime {config.runtime!r} (venv or docker)")
+
+
+def free_port():
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def _get(url, timeout):

@@ -35,13 +35,6 @@ def _chat(base_url, model):
         return json.load(response)["choices"][0]["message"]["content"]
 
 
-def _free_port():
-    import socket  # pylint: disable=import-outside-toplevel
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class VllmEndToEndTest(absltest.TestCase):
 
     @classmethod
@@ -71,7 +64,7 @@ class VllmEndToEndTest(absltest.TestCase):
         tokenizer.save_pretrained(cls.merged)
         cls.config = cpu.get_config()
         cls.server, cls.record = launcher.launch(
-            cls.config, cls.base, {"codev": cls.adapter}, "127.0.0.1", _free_port(),
+            cls.config, cls.base, {"codev": cls.adapter}, "127.0.0.1", launcher.free_port(),
             os.path.join(tmp, "serve-lora"), echo=False)
 
     @classmethod
@@ -127,7 +120,7 @@ class VllmEndToEndTest(absltest.TestCase):
         self.assertEqual((point["status"], point["completed"], point["failed"]), ("ok", 200, 0))
 
     def test_4_merged_model_serves(self):
-        server, record = launcher.launch(self.config, self.merged, {}, "127.0.0.1", _free_port(),
+        server, record = launcher.launch(self.config, self.merged, {}, "127.0.0.1", launcher.free_port(),
                                          os.path.join(self.tmp, "serve-merged"), echo=False)
         try:
             self.assertTrue(_chat(record["base_url"], self.merged))

@@ -159,9 +159,13 @@ _DOCUMENT = re.compile(r"(?<![\w./-])([\w-]+\.md)(?![\w-])")
 
 
 def document_names(text):
-    """Markdown file names without a folder."""
+    """Markdown file names without a folder, outside code spans (where a name is
+    usually a file a tool writes, e.g. `report.md`)."""
+    prose = text
+    for offset, span in code_spans(text):
+        prose = prose[:offset] + " " * len(span) + prose[offset + len(span):]
     return [Ref(_line(text, m.start(1)), "document", m.group(1))
-            for m in _DOCUMENT.finditer(text)]
+            for m in _DOCUMENT.finditer(prose)]
 
 
 def references(text):
@@ -451,9 +455,8 @@ class ExtractionTest(absltest.TestCase):
                          [(3, "x_y"), (5, "p_q"), (6, "r_s\nt")])
 
     def test_document_names(self):
-        text = "see RECIPE.md, README.md and docs/x.md; `recipe.md`."
-        self.assertEqual(_refs(document_names(text)),
-                         [(1, "RECIPE.md"), (1, "README.md"), (1, "recipe.md")])
+        text = "see RECIPE.md, README.md and docs/x.md; writes `report.md`."
+        self.assertEqual(_refs(document_names(text)), [(1, "RECIPE.md"), (1, "README.md")])
 
     def test_python_texts(self):
         source = ('"""Module.\n\nSee `a_b`."""\n\nimport os  # trailing\n\n'

@@ -1,0 +1,79 @@
+"""//:pipeline end to end on a small setting: both trainers, export, vLLM on CPU
+serving the fine-tuned adapter, a one-point sweep, two evaluations, the report.
+
+Checks that the report has every section with figures from this run, that a
+rerun skips every finished stage, and that a removed stage output shows up in
+the report as missing.
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+from absl.testing import absltest
+
+ARGS = ("--train_args=--config.max_steps=2,--config.checkpoint_every_steps=2",
+        "--problems=Prob001_zero,Prob005_notgate", "--eval_args=--n=1,--max_tokens=16",
+        "--sweep=64x4")
+
+
+def pipeline(workdir, *extra):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), JAX_PLATFORMS="cpu")
+    for name in ("VLLM_CACHE_ROOT", "XDG_CACHE_HOME", "HF_HOME"):  # a read-only home
+        env[name] = os.path.join(os.environ["TEST_TMPDIR"], name.lower())
+    return subprocess.run([sys.executable, "-m", "tools.pipeline", f"--workdir={workdir}",
+                           *ARGS, *extra], env=env, capture_output=True, text=True,
+                          timeout=1800, check=False)
+
+
+class PipelineTest(absltest.TestCase):
+
+    def test_whole_system(self):
+        workdir = os.path.join(absltest.get_default_test_tmpdir(), "pipeline")
+        first = pipeline(workdir)
+        logs = os.path.join(workdir, "logs")
+        tails = "".join(f"\n== {name}\n{open(os.path.join(logs, name)).read()[-2000:]}"
+                        for name in sorted(os.listdir(logs))) if os.path.isdir(logs) else ""
+        self.assertEqual(first.returncode, 0, first.stdout + first.stderr[-3000:] + tails)
+        with open(os.path.join(workdir, "report", "report.json")) as f:
+            report = json.load(f)
+        # Both training runs, on the CPU machine: figures from their metrics.
+        self.assertEqual(sorted(r["platform"] for r in report["training"]), ["GPU", "TPU"])
+        for row in report["training"]:
+            self.assertGreater(row["tokens_per_s"], 0)
+            self.assertEqual(row["machine"], "cpu")
+        # The sweep of the fine-tuned model, and both evaluations.
+        (serving,) = report["serving"]
+        self.assertGreater(serving["input_lengths"]["64"]["peak_output_tok_s"], 0)
+        self.assertEqual(sorted(q["label"] for q in report["quality"]),
+                         ["eval-base", "eval-finetuned"])
+        self.assertEqual(report["quality_differences"][0]["a"], "eval-base")
+        # Only what a CPU run cannot have is missing: no TPU or GPU machine to pair.
+        self.assertEqual(report["missing"], [
+            "no platform with both a training run and a serving sweep: no cost of ownership"])
+        with open(os.path.join(workdir, "report", "report.md")) as f:
+            text = f.read()
+        for section in ("## Training", "## Serving", "## Cost of ownership", "## Quality"):
+            self.assertIn(section, text)
+        for name in ("loss.png", "grad_norm.png", "serving.png", "report.html"):
+            self.assertTrue(os.path.exists(os.path.join(workdir, "report", name)), name)
+
+        # Rerun: every finished stage is skipped (no server is started either).
+        again = pipeline(workdir)
+        self.assertEqual(again.returncode, 0, again.stderr[-3000:])
+        for stage in ("tpu_sft", "gpu_sft", "export", "bench", "eval"):
+            self.assertIn(f"{stage}: complete, skipped", again.stdout)
+        self.assertNotIn("starting vLLM", again.stdout)
+
+        # A stage output removed: the report says so instead of inventing it.
+        shutil.rmtree(os.path.join(workdir, "bench"))
+        report_only = pipeline(workdir, "--stages=report")
+        self.assertEqual(report_only.returncode, 0, report_only.stderr[-3000:])
+        with open(os.path.join(workdir, "report", "report.json")) as f:
+            self.assertIn("no serving sweep", json.load(f)["missing"])
+
+
+if __name__ == "__main__":
+    absltest.main()

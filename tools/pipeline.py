@@ -1,0 +1,205 @@
+"""The whole system in one command: train on both stacks, export, serve, sweep,
+evaluate, report.
+
+    ./bazelw run //:pipeline                                  # the CPU default
+    ./bazelw run //:pipeline -- --workdir=runs/p --stages=report
+    bazel run //:pipeline -- --tpu_config=v5p8.py --stages=tpu_sft,export
+
+Stages, in order (each a stage binary run as its own process, its output in
+WORKDIR/logs/STAGE.log):
+  tpu_sft   //training/tpu:sft                     -> WORKDIR/tpu
+  gpu_sft   //training/gpu:sft (same data, recipe) -> WORKDIR/gpu
+  export    //conversion:export of the TPU run     -> WORKDIR/export/{adapter,merged}
+  bench     vLLM serving the base with the exported adapter (the fine-tuned
+            model), //serving:bench on it          -> WORKDIR/serve, WORKDIR/bench
+  eval      //eval:verilog_eval of the base and of the fine-tuned model on
+            --problems, through the same server    -> WORKDIR/eval-{base,finetuned}
+  report    //tools:report of all of the above     -> WORKDIR/report
+A stage whose outputs are complete is skipped, so rerunning after an
+interruption resumes (the trainers resume from their checkpoints). A failing
+stage is named with its log; finished stages are kept. `--base_url` uses a
+running server instead of starting one (e.g. the TPU image on a v6e-8).
+"""
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+from absl import app
+from absl import flags
+
+from serving import launcher
+from tools.common import cli
+from tools.common import config_cli
+
+STAGES = ("tpu_sft", "gpu_sft", "export", "bench", "eval", "report")
+SERVER_START_TIMEOUT_S = 1800  # vLLM on CPU starts in ~2 min; on TPU it compiles for ~8
+FINETUNED, BASE = "finetuned", "base"
+
+_WORKDIR = flags.DEFINE_string("workdir", "runs/pipeline", "Where every stage writes.")
+_STAGES = flags.DEFINE_list("stages", list(STAGES), f"Stages to run, of {', '.join(STAGES)}.")
+_TPU_CONFIG = flags.DEFINE_string("tpu_config", "cpu.py", "//training/tpu:sft --config.")
+_GPU_CONFIG = flags.DEFINE_string("gpu_config", "cpu.py", "//training/gpu:sft --config.")
+_SERVE_CONFIG = flags.DEFINE_string("serve_config", "cpu.py", "//serving:bench --config.")
+_BASE_URL = flags.DEFINE_string("base_url", None, "A running vLLM server (serving the base as "
+                                f"'{BASE}' and the fine-tuned model as '{FINETUNED}').")
+_TRAIN_ARGS = flags.DEFINE_list("train_args", [], "Extra flags for both trainers, e.g. "
+                                "--config.max_steps=4.")
+_PROBLEMS = flags.DEFINE_string("problems", "Prob001_zero,Prob002_m2014_q4i,Prob003_step_one,"
+                                "Prob004_vector2,Prob005_notgate", "VerilogEval problems.")
+_EVAL_ARGS = flags.DEFINE_list("eval_args", ["--n=2", "--max_tokens=64"],
+                               "Extra flags for both evaluations.")
+_SWEEP = flags.DEFINE_string("sweep", "64x1,4", "//serving:bench --sweep (LENGTHS x RATES).")
+
+
+class StageFailed(cli.UserError):
+    pass
+
+
+class Pipeline:
+    """Runs the stages, each once its inputs exist and unless its outputs do."""
+
+    def __init__(self, workdir):
+        self.workdir = workdir
+        self.logs = os.path.join(workdir, "logs")
+        self.python = [sys.executable]
+        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+
+    def path(self, *parts):
+        return os.path.join(self.workdir, *parts)
+
+    def run(self, stage, module, *args):
+        """Runs `python -m module args` with its output in logs/STAGE.log."""
+        os.makedirs(self.logs, exist_ok=True)
+        log = os.path.join(self.logs, f"{stage}.log")
+        with open(log, "a") as out:
+            out.write(f"\n$ python -m {module} {' '.join(args)}\n")
+            out.flush()
+            done = subprocess.run([*self.python, "-m", module, *args], env=self.env,
+                                  stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                  check=False)
+        if done.returncode:
+            raise StageFailed(f"stage {stage} failed (exit {done.returncode}); its log: {log}; "
+                              "finished stages are kept, rerun to resume")
+
+
+def _complete(path, *names):
+    return all(os.path.exists(os.path.join(path, name)) for name in names)
+
+
+def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, train_args,
+               problems, eval_args, sweep, say=print):
+    """Runs `stages` under Pipeline `p`; returns {stage: "ran" | "skipped"}."""
+    status = {}
+
+    def stage(name, complete, body):
+        if name not in stages:
+            return
+        number = f"[{STAGES.index(name) + 1}/{len(STAGES)}]"
+        if complete():
+            status[name] = "skipped"
+            say(f"{number} {name}: complete, skipped")
+            return
+        say(f"{number} {name} ... (log: {os.path.join(p.logs, name + '.log')})")
+        started = time.time()
+        body()
+        status[name] = "ran"
+        say(f"{number} {name}: done in {time.time() - started:.0f} s")
+
+    def trained(run_dir, final):
+        return lambda: _complete(run_dir, "run.json", final)
+
+    tpu, gpu, export = p.path("tpu"), p.path("gpu"), p.path("export")
+    stage("tpu_sft", lambda: _tpu_finished(tpu), lambda: p.run(
+        "tpu_sft", "training.tpu.sft", f"--config={tpu_config}", f"--workdir={tpu}",
+        *train_args))
+    stage("gpu_sft", trained(gpu, "adapter/adapter_config.json"), lambda: p.run(
+        "gpu_sft", "training.gpu.sft", f"--config={gpu_config}", f"--workdir={gpu}",
+        *train_args))
+    stage("export", lambda: _complete(export, "adapter/adapter_config.json",
+                                      "merged/config.json"), lambda: p.run(
+        "export", "conversion.export", f"--run_dir={tpu}", "--format=both",
+        f"--output_dir={export}", "--overwrite"))
+
+    evals = {BASE: p.path("eval-base"), FINETUNED: p.path("eval-finetuned")}
+    serve_stages = [s for s in ("bench", "eval") if s in stages]
+    pending = [s for s in serve_stages if not (
+        _complete(p.path("bench"), "summary.json") if s == "bench"
+        else all(_complete(d, "summary.json") for d in evals.values()))]
+    server = None
+    if pending and base_url is None:
+        with open(os.path.join(tpu, "run.json")) as f:
+            base = json.load(f)["base_model"]
+        port = launcher.free_port()
+        base_url = f"http://127.0.0.1:{port}"
+        say(f"starting vLLM with the base ('{BASE}') and the fine-tuned adapter "
+            f"('{FINETUNED}'); a few minutes on CPU (log: {p.path('logs', 'serve.log')})")
+        os.makedirs(p.logs, exist_ok=True)
+        server = launcher.Server(
+            [*p.python, "-m", "serving.serve", f"--config={serve_config}", f"--model={base}",
+             f"--adapter={FINETUNED}={os.path.join(export, 'adapter')}",
+             f"--served_model_name={BASE}", f"--port={port}", f"--run_dir={p.path('serve')}"],
+            env=p.env, log_path=p.path("logs", "serve.log"), echo=False).start()
+        try:
+            server.wait_ready(base_url, SERVER_START_TIMEOUT_S)
+        except launcher.ServerError as e:
+            server.stop()
+            raise StageFailed(f"the vLLM server did not start: {e}") from None
+    try:
+        stage("bench", lambda: _complete(p.path("bench"), "summary.json"), lambda: p.run(
+            "bench", "serving.bench", f"--config={serve_config}", f"--base_url={base_url}",
+            f"--model={FINETUNED}", f"--tokenizer={os.path.join(export, 'merged')}",
+            f"--server_json={p.path('serve', 'server.json')}", f"--sweep={sweep}",
+            f"--out_dir={p.path('bench')}", "--label=fine-tuned"))
+
+        def evaluate():
+            for model, out in evals.items():
+                if not _complete(out, "summary.json"):
+                    p.run("eval", "eval.verilog_eval", f"--base_url={base_url}/v1",
+                          f"--model={model}", f"--problems={problems}", f"--out_dir={out}",
+                          *eval_args)
+
+        stage("eval", lambda: all(_complete(d, "summary.json") for d in evals.values()),
+              evaluate)
+    finally:
+        if server is not None:
+            server.stop()
+    runs = [d for d in (tpu, gpu, p.path("bench"), *evals.values())
+            if _complete(d, "run.json") or _complete(d, "summary.json")]
+    stage("report", lambda: False, lambda: p.run(
+        "report", "tools.report", f"--runs={','.join(runs)}", f"--out={p.path('report')}"))
+    return status
+
+
+def _tpu_finished(run_dir):
+    """A TPU run is finished when its metrics reach the step count run.json records."""
+    if not _complete(run_dir, "run.json", "metrics.jsonl"):
+        return False
+    with open(os.path.join(run_dir, "run.json")) as f:
+        total = json.load(f)["total_steps"]
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        steps = [json.loads(line)["step"] for line in f if line.strip()]
+    return bool(steps) and steps[-1] >= total
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    unknown = sorted(set(_STAGES.value) - set(STAGES))
+    if unknown:
+        raise app.UsageError(f"unknown stages {unknown}; stages are {', '.join(STAGES)}")
+    workdir = config_cli.user_path(_WORKDIR.value)
+    started = time.time()
+    status = run_stages(
+        Pipeline(workdir), set(_STAGES.value), tpu_config=_TPU_CONFIG.value,
+        gpu_config=_GPU_CONFIG.value, serve_config=_SERVE_CONFIG.value,
+        base_url=_BASE_URL.value, train_args=_TRAIN_ARGS.value, problems=_PROBLEMS.value,
+        eval_args=_EVAL_ARGS.value, sweep=_SWEEP.value)
+    print(f"pipeline finished in {time.time() - started:.0f} s ({status}); report: "
+          f"{os.path.join(workdir, 'report', 'report.html')}")
+
+
+if __name__ == "__main__":
+    cli.run(main)

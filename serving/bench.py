@@ -64,6 +64,9 @@ def run(config, out_dir, *, base_url=None, model=None, adapters=None, tokenizer=
             record = {"machine": config.machine, "base_url": base_url,
                       "settings": "unknown: pass --server_json"}
             if server_json:
+                if not os.path.exists(server_json):
+                    raise server_config.ConfigError(f"no server record {server_json} "
+                                                    "(--server_json)")
                 with open(server_json) as f:
                     record = json.load(f)
             models, version = sweep_lib.server_info(base_url)

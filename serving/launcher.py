@@ -73,6 +73,16 @@ def command(config, model, adapters, host, port, served_model_name=None):
     raise server_config.ConfigError(f"unknown runtime {config.runtime!r} (venv or docker)")
 
 
+def vllm_env(extra=None):
+    """The environment of a process of the vLLM interpreter: ours, less PYTHONPATH.
+
+    A PYTHONPATH made for our interpreter (tests, the pipeline) would put its
+    transformers before vLLM's own, and vLLM fails on a config it cannot read.
+    """
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    return {**env, **(extra or {})}
+
+
 def free_port():
     """A TCP port on 127.0.0.1 that nothing listens on now."""
     with socket.socket() as s:
@@ -89,8 +99,9 @@ class Server:
     """A running vLLM server; use as a context manager or call start()/stop()."""
 
     def __init__(self, argv, env=None, log_path=None, echo=True, tail_lines=200):
+        """`env`: the process's whole environment (default: ours)."""
         self.argv = argv
-        self._env = {**os.environ, **(env or {})}
+        self._env = dict(os.environ) if env is None else env
         self._log_path = log_path
         self._echo = echo
         self.tail = collections.deque(maxlen=tail_lines)
@@ -196,7 +207,8 @@ def launch(config, model, adapters, host, port, run_dir, served_model_name=None,
               "settings": config.to_dict(),
               "dollars_per_hour": server_config.dollars_per_hour(config)}
     print(f"starting vLLM: {record['command']}", flush=True)
-    server = Server(argv, env, log_path=os.path.join(run_dir, "server.log"), echo=echo).start()
+    server = Server(argv, vllm_env(env), log_path=os.path.join(run_dir, "server.log"),
+                    echo=echo).start()
     try:
         server.wait_ready(record["base_url"], config.startup_timeout_s)
         try:

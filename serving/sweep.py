@@ -16,6 +16,7 @@ import time
 import urllib.error
 import urllib.request
 
+from serving import launcher
 from tools.common import cli
 
 PERCENTILES = "50,99"
@@ -75,7 +76,7 @@ def run_point(python, entry, args, timeout_s, env=None):
                                args[args.index("--result-filename") + 1])
     try:
         done = subprocess.run([python, entry, *args], capture_output=True, text=True,
-                              timeout=timeout_s, env={**os.environ, **(env or {})})
+                              timeout=timeout_s, env=launcher.vllm_env(env))
     except subprocess.TimeoutExpired:
         return None, f"timed out after {timeout_s}s"
     if done.returncode or not os.path.exists(result_path):

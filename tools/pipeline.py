@@ -45,8 +45,10 @@ _GPU_CONFIG = flags.DEFINE_string("gpu_config", "cpu.py", "//training/gpu:sft --
 _SERVE_CONFIG = flags.DEFINE_string("serve_config", "cpu.py", "//serving:bench --config.")
 _BASE_URL = flags.DEFINE_string("base_url", None, "A running vLLM server (serving the base as "
                                 f"'{BASE}' and the fine-tuned model as '{FINETUNED}').")
-_TRAIN_ARGS = flags.DEFINE_list("train_args", [], "Extra flags for both trainers, e.g. "
-                                "--config.max_steps=4.")
+# A few steps show both stacks' curves and keep the CPU default within minutes;
+# pass --train_args= (empty) for whole runs.
+_TRAIN_ARGS = flags.DEFINE_list("train_args", ["--config.max_steps=6"],
+                                "Extra flags for both trainers.")
 _PROBLEMS = flags.DEFINE_string("problems", "Prob001_zero,Prob002_m2014_q4i,Prob003_step_one,"
                                 "Prob004_vector2,Prob005_notgate", "VerilogEval problems.")
 _EVAL_ARGS = flags.DEFINE_list("eval_args", ["--n=2", "--max_tokens=64"],
@@ -144,6 +146,8 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
             env=p.env, log_path=p.path("logs", "serve.log"), echo=False).start()
         try:
             server.wait_ready(base_url, SERVER_START_TIMEOUT_S)
+            # serving.serve writes its record once it has seen the server answer too.
+            _wait_for_file(p.path("serve", "server.json"), server)
         except launcher.ServerError as e:
             server.stop()
             raise StageFailed(f"the vLLM server did not start: {e}") from None
@@ -171,6 +175,14 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
     stage("report", lambda: False, lambda: p.run(
         "report", "tools.report", f"--runs={','.join(runs)}", f"--out={p.path('report')}"))
     return status
+
+
+def _wait_for_file(path, server, timeout_s=120):
+    deadline = time.time() + timeout_s
+    while not os.path.exists(path):
+        if time.time() > deadline or not server.alive():
+            raise launcher.ServerError(f"{path} was not written")
+        time.sleep(0.5)
 
 
 def _tpu_finished(run_dir):

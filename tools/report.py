@@ -39,6 +39,12 @@ def _fmt(value, digits=2):
     return str(value)
 
 
+def _duration(hours):
+    if hours is None:
+        return "n/a"
+    return f"{hours * 3600:,.0f} s" if hours < 1 else f"{hours:,.2f} h"
+
+
 def _money(value):
     return "n/a" if value is None else f"${value:,.2f}"
 
@@ -53,10 +59,10 @@ def blocks(report, plots):
     if report["missing"]:
         out.append(("p", "Missing: " + "; ".join(report["missing"]) + "."))
     out.append(("h", 2, "Training"))
-    out.append(("table", ["run", "machine", "hours", "tokens/s", "trained tokens/s", "MFU",
+    out.append(("table", ["run", "machine", "wall time", "tokens/s", "trained tokens/s", "MFU",
                           "$/hour", "$ per run", "$ per 1M tokens", "$ per 1M trained tokens",
                           "from"],
-                [[r["label"], r["machine"], _fmt(r["hours"]), _fmt(r["tokens_per_s"], 1),
+                [[r["label"], r["machine"], _duration(r["hours"]), _fmt(r["tokens_per_s"], 1),
                   _fmt(r["trained_tokens_per_s"], 1),
                   "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%",
                   _money(r["dollars_per_hour"]), _money(r["cost"]),

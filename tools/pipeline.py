@@ -110,14 +110,12 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
         status[name] = "ran"
         say(f"{number} {name}: done in {time.time() - started:.0f} s")
 
-    def trained(run_dir, final):
-        return lambda: _complete(run_dir, "run.json", final)
-
     tpu, gpu, export = p.path("tpu"), p.path("gpu"), p.path("export")
     stage("tpu_sft", lambda: _tpu_finished(tpu), lambda: p.run(
         "tpu_sft", "training.tpu.sft", f"--config={tpu_config}", f"--workdir={tpu}",
         *train_args))
-    stage("gpu_sft", trained(gpu, "adapter/adapter_config.json"), lambda: p.run(
+    stage("gpu_sft", lambda: _complete(gpu, "run.json", "adapter/adapter_config.json"),
+          lambda: p.run(
         "gpu_sft", "training.gpu.sft", f"--config={gpu_config}", f"--workdir={gpu}",
         *train_args))
     stage("export", lambda: _complete(export, "adapter/adapter_config.json",
@@ -126,10 +124,9 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
         f"--output_dir={export}", "--overwrite"))
 
     evals = {BASE: p.path("eval-base"), FINETUNED: p.path("eval-finetuned")}
-    serve_stages = [s for s in ("bench", "eval") if s in stages]
-    pending = [s for s in serve_stages if not (
-        _complete(p.path("bench"), "summary.json") if s == "bench"
-        else all(_complete(d, "summary.json") for d in evals.values()))]
+    served = {"bench": lambda: _complete(p.path("bench"), "summary.json"),
+              "eval": lambda: all(_complete(d, "summary.json") for d in evals.values())}
+    pending = [name for name, done in served.items() if name in stages and not done()]
     server = None
     if pending and base_url is None:
         with open(os.path.join(tpu, "run.json")) as f:
@@ -152,7 +149,7 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
             server.stop()
             raise StageFailed(f"the vLLM server did not start: {e}") from None
     try:
-        stage("bench", lambda: _complete(p.path("bench"), "summary.json"), lambda: p.run(
+        stage("bench", served["bench"], lambda: p.run(
             "bench", "serving.bench", f"--config={serve_config}", f"--base_url={base_url}",
             f"--model={FINETUNED}", f"--tokenizer={os.path.join(export, 'merged')}",
             f"--server_json={p.path('serve', 'server.json')}", f"--sweep={sweep}",
@@ -165,8 +162,7 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
                           f"--model={model}", f"--problems={problems}", f"--out_dir={out}",
                           *eval_args)
 
-        stage("eval", lambda: all(_complete(d, "summary.json") for d in evals.values()),
-              evaluate)
+        stage("eval", served["eval"], evaluate)
     finally:
         if server is not None:
             server.stop()

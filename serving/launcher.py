@@ -6,7 +6,9 @@ Runtimes:
           else `.venvs/serve/bin/python3` of the repository;
   docker  a pinned vLLM image on a TPU or GPU VM, host networking, the model
           and adapter directories mounted read-only at their own paths (so a
-          fine-tuned local model is what gets served, unlike the reference).
+          fine-tuned local model is what gets served, unlike the reference);
+  image   inside our serving images (//serving:tpu_image, :gpu_image): vLLM is
+          installed beside this program, so this interpreter runs it.
 
 The server runs in its own process group; its log streams to our stdout and
 into a log file. Every wait has a timeout, and a server that exits during
@@ -59,6 +61,8 @@ def command(config, model, adapters, host, port, served_model_name=None):
     env = {k: str(v) for k, v in config.env.items()}
     if config.runtime == "venv":
         return [serve_python(config), "-m", _API_MODULE, *args], env
+    if config.runtime == "image":
+        return [sys.executable, "-m", _API_MODULE, *args], env
     if config.runtime == "docker":
         if not config.image:
             raise server_config.ConfigError("runtime docker needs config.image")
@@ -70,7 +74,7 @@ def command(config, model, adapters, host, port, served_model_name=None):
         envs = [item for k, v in env.items() for item in ("-e", f"{k}={v}")]
         return ["docker", "run", "--rm", "--net=host", "--shm-size=16g", *device, *mounts,
                 *envs, "-e", "HF_TOKEN", config.image, "vllm", "serve", *args], {}
-    raise server_config.ConfigError(f"unknown runtime {config.runtime!r} (venv or docker)")
+    raise server_config.ConfigError(f"unknown runtime {config.runtime!r} (venv, docker or image)")
 
 
 def vllm_env(extra=None):

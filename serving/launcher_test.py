@@ -59,6 +59,9 @@ class CommandTest(absltest.TestCase):
         self.assertIn(f"{tmp}:{tmp}:ro", argv)  # the fine-tuned model is mounted, not just ids
         self.assertIn("--privileged", argv)
         self.assertEqual(argv[argv.index(v6e8.get_config().image) + 1:][:2], ["vllm", "serve"])
+        config.runtime = "image"  # inside the serving image: vLLM beside this program
+        argv, _ = launcher.command(config, tmp, {}, "0.0.0.0", 8000)
+        self.assertEqual(argv[:3], [sys.executable, "-m", "vllm.entrypoints.openai.api_server"])
         config.runtime = "podman"
         with self.assertRaisesRegex(server_config.ConfigError, "unknown runtime"):
             launcher.command(config, tmp, {}, "h", 1)

@@ -12,10 +12,14 @@ from tools.common import cli
 from tools.common import machines
 from training.formats import adapter
 
-# The reference's images (training/common/recipe.md). Tags, not digests: pin them by digest
-# (IMAGE@sha256:...) before a comparison run; the record of every run stores
-# what it used.
-IMAGES = {"tpu": "vllm/vllm-tpu:gemma4", "gpu": "vllm/vllm-openai:v0.20.2"}
+# The vLLM images the `docker` runtime runs, pinned by digest: the bases of our
+# serving images (MODULE.bazel, tools/oci/bases.bzl; //tools:pins_test keeps them
+# equal). The reference's moving tags (`vllm/vllm-tpu:gemma4`) made its runs
+# irreproducible; every run's server.json records the image it used.
+IMAGES = {
+    "tpu": "vllm/vllm-tpu@sha256:19a1a0526476f902eb83e1057f3d8938f35b457dd7716a30e9ab4f7bee90d507",
+    "gpu": "vllm/vllm-openai@sha256:61fc8a896b0a4fbbbdc063bc4b0dbc25ce98e02b5050c24aeb7830ac02039b14",
+}
 
 
 def env(values):
@@ -25,7 +29,7 @@ def env(values):
 def base(*, machine, tensor_parallel_size, max_model_len):
     c = config_dict.ConfigDict()
     c.machine = machine  # a name in tools/common/machines.py: chips, $/hour
-    c.runtime = "venv"  # or "docker"
+    c.runtime = "venv"  # or "docker", or "image" (inside our serving images)
     c.image = ""
     c.python = ""  # venv runtime: default $G4_SERVE_PYTHON, else .venvs/serve/bin/python3
     c.tensor_parallel_size = tensor_parallel_size

@@ -308,7 +308,8 @@ def build_targets(build_source):
         if not isinstance(call, ast.Call):
             continue
         for keyword in call.keywords:
-            if keyword.arg == "name" and isinstance(keyword.value, ast.Constant):
+            # `name`, and the second target of a macro such as project_image's push_name.
+            if keyword.arg in ("name", "push_name") and isinstance(keyword.value, ast.Constant):
                 names.add(keyword.value.value)
         if isinstance(call.func, ast.Name) and call.func.id == "exports_files" and call.args:
             if isinstance(call.args[0], ast.List):

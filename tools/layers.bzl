@@ -6,7 +6,8 @@ tools/check_layers.py checks the built graph with `bazel query`.
 """
 
 LAYERS = [
-    ("tools_common", ["//tools/common"]),  # config flags, the error path, the machine table
+    # config flags, the error path, the machine table; the image builder
+    ("tools_common", ["//tools/common", "//tools/oci"]),
     ("data", ["//data"]),  # rows -> token ids + loss masks
     ("formats", ["//training/formats"]),  # Gemma 4 and its files: dims, maps, adapters, base
     ("training_common", ["//training/common"]),  # recipe, run lifecycle, schedule, FLOPs

@@ -6,9 +6,15 @@ with `ast` without evaluating it. Pinned means: an exact version for every
 a hash for every downloaded archive, a commit for every git override, and a
 `==` version plus hashes for every line of every lock file that `pip.parse`
 reads. `.bazelversion` names one exact Bazel release.
+
+Images: every `oci.pull` names its tag in `BASE_IMAGE_TAGS` (what
+`tools/update_locks.py --images` compares against the registry), the offline
+stand-in of each pull in WORKSPACE names the same IMAGE@DIGEST, and the images
+the serving configs run directly (serving/server_config.py) are pinned pulls.
 """
 
 import ast
+import hashlib
 import os
 import re
 
@@ -24,8 +30,8 @@ def _constants(tree):
     for node in tree.body:
         if (isinstance(node, ast.Assign) and len(node.targets) == 1
                 and isinstance(node.targets[0], ast.Name)
-                and isinstance(node.value, ast.Constant)):
-            values[node.targets[0].id] = node.value.value
+                and isinstance(node.value, (ast.Constant, ast.Dict))):
+            values[node.targets[0].id] = ast.literal_eval(node.value)
     return values
 
 
@@ -110,6 +116,63 @@ def lock_problems(text):
     return problems
 
 
+def sha256_of(data):
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def pulled_images(text):
+    """[{name, image, digest, tag}] of MODULE.bazel's `oci.pull` calls."""
+    tree = ast.parse(text, filename="MODULE.bazel")
+    constants = _constants(tree)
+    tags = constants.get("BASE_IMAGE_TAGS", {})
+    images = []
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+        if _call_name(call) == "pull":
+            args = _kwargs(call, constants)
+            images.append({"name": args.get("name"), "image": args.get("image"),
+                           "digest": args.get("digest"), "tag": tags.get(args.get("name"))})
+    return images
+
+
+def _strip_registry(image):
+    """`docker.io/vllm/vllm-tpu` and `vllm/vllm-tpu` name the same image."""
+    for prefix in ("docker.io/library/", "docker.io/", "index.docker.io/"):
+        if image.startswith(prefix):
+            return image[len(prefix):]
+    return image
+
+
+def image_problems(module_text, workspace_text, pinned_references):
+    """Every pull names a tag; WORKSPACE's stand-ins and `pinned_references`
+    (IMAGE@DIGEST strings used outside Bazel) match the pulls."""
+    problems = []
+    pulls = pulled_images(module_text)
+    by_reference = {f"{_strip_registry(p['image'])}@{p['digest']}": p for p in pulls}
+    for pull in pulls:
+        if not pull["tag"]:
+            problems.append(f"MODULE.bazel: oci.pull({pull['name']}) has no tag in "
+                            "BASE_IMAGE_TAGS (the tag its digest was taken from)")
+    tree = ast.parse(workspace_text, filename="WORKSPACE")
+    stand_ins = {}
+    for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
+        if _call_name(call) == "offline_base_image":
+            args = _kwargs(call, {})
+            stand_ins[args.get("name")] = args.get("image")
+    for pull in pulls:
+        names = [pull["name"], pull["name"] + "_linux_amd64"]
+        found = [stand_ins[n] for n in names if n in stand_ins]
+        reference = f"{_strip_registry(pull['image'])}@{pull['digest']}"
+        if not found:
+            problems.append(f"WORKSPACE: no offline_base_image for {pull['name']}")
+        elif _strip_registry(found[0]) != reference:
+            problems.append(f"WORKSPACE: the stand-in for {pull['name']} names {found[0]}, "
+                            f"MODULE.bazel pulls {reference}")
+    for reference in pinned_references:
+        if _strip_registry(reference) not in by_reference:
+            problems.append(f"{reference}: not one of MODULE.bazel's pinned pulls")
+    return problems
+
+
 def bazelversion_problems(text):
     version = text.strip()
     if not EXACT_VERSION.match(version):
@@ -123,3 +186,21 @@ def all_problems(root):
     with open(os.path.join(root, ".bazelversion")) as f:
         problems += bazelversion_problems(f.read())
     return problems
+
+
+def bases_images(text):
+    """The `image` of every entry of tools/oci/bases.bzl's BASES."""
+    tree = ast.parse(text, filename="bases.bzl")
+    bases = _constants(tree).get("BASES", {})
+    return [base["image"] for base in bases.values()]
+
+
+def all_image_problems(root, pinned_references=()):
+    """image_problems for the tree at `root`: its BASES and `pinned_references`."""
+    with open(os.path.join(root, "MODULE.bazel")) as f:
+        module_text = f.read()
+    with open(os.path.join(root, "WORKSPACE")) as f:
+        workspace_text = f.read()
+    with open(os.path.join(root, "tools", "oci", "bases.bzl")) as f:
+        references = bases_images(f.read())
+    return image_problems(module_text, workspace_text, [*references, *pinned_references])

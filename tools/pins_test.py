@@ -3,6 +3,7 @@ import textwrap
 
 from absl.testing import absltest
 
+from serving import server_config
 from tools import pins
 
 _HASH = "--hash=sha256:" + "ab" * 32
@@ -15,11 +16,16 @@ class RepositoryPinsTest(absltest.TestCase):
         # Bazel runs tests from the root of the main repository's runfiles.
         self.assertEqual(pins.all_problems(os.getcwd()), [])
 
-    def test_module_reads_both_locks(self):
+    def test_module_reads_every_lock(self):
         with open("MODULE.bazel") as f:
             text = f.read()
-        for lock in ("train_lock.txt", "serve_lock.txt"):
-            self.assertIn(f"//third_party/requirements:{lock}", text)
+        for lock in ("train", "serve", "serve_image", "train_tpu", "train_gpu"):
+            self.assertIn(f"//third_party/requirements:{lock}_lock.txt", text)
+
+    def test_images_agree(self):
+        """Pulls, offline stand-ins, image bases and the serving configs' images."""
+        self.assertEqual(pins.all_image_problems(os.getcwd(), server_config.IMAGES.values()), [])
+        self.assertLen(pins.pulled_images(open("MODULE.bazel").read()), 3)
 
 
 class PinCheckerTest(absltest.TestCase):
@@ -73,6 +79,24 @@ class PinCheckerTest(absltest.TestCase):
             "//locks:a.txt: absl-py==2.5.1: no --hash",
             "//locks:a.txt: numpy>=2: not pinned to an exact version",
         ])
+
+    def test_image_problems(self):
+        digest = "sha256:" + "0" * 64
+        module = textwrap.dedent(f"""\
+            BASE_IMAGE_TAGS = {{"b": "v1"}}
+            oci.pull(name = "b", image = "docker.io/x/y", digest = "{digest}", platforms = [])
+            """)
+        workspace = f'offline_base_image(name = "b_linux_amd64", image = "x/y@{digest}")\n'
+        self.assertEqual(pins.image_problems(module, workspace, [f"x/y@{digest}"]), [])
+        self.assertEqual(pins.pulled_images(module), [
+            {"name": "b", "image": "docker.io/x/y", "digest": digest, "tag": "v1"}])
+        untagged = module.replace('"b": "v1"', '"c": "v1"')
+        self.assertIn("no tag", pins.image_problems(untagged, workspace, [])[0])
+        self.assertIn("no offline_base_image", pins.image_problems(module, "", [])[0])
+        other = workspace.replace("x/y@", "x/z@")
+        self.assertIn("MODULE.bazel pulls x/y@", pins.image_problems(module, other, [])[0])
+        self.assertIn("not one of MODULE.bazel's pinned pulls",
+                      pins.image_problems(module, workspace, ["x/y:latest"])[0])
 
     def test_bazelversion(self):
         self.assertEqual(pins.bazelversion_problems("8.4.2\n"), [])

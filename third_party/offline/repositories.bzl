@@ -7,7 +7,12 @@ the lock files. Offline, the same labels are served by:
   * `lock_file_hub`: a `@pypi_*` repository with one (empty) py_library per
     package of a lock file and the `requirement()` macro, so that BUILD files
     can name their third-party dependencies in both modes, and a dependency
-    missing from the lock fails the build here too.
+    missing from the lock fails the build here too. It lists no wheels
+    (`all_whl_requirements` is empty): offline image layers carry the lock
+    files, not the packages;
+  * `offline_base_image`: the repository an `oci.pull` creates online, holding a
+    small local layout (`oci_offline_base`) that stands for the pulled base and
+    is pinned by its own digest.
 """
 
 def _normalize(name):
@@ -42,6 +47,10 @@ def requirement(name):
     if key not in _PACKAGES:
         fail("%s is not in {lock}; add it to the .in file and run tools/update_locks.sh" % name)
     return "@{repo}//:" + key
+
+# Offline, no wheels are fetched (see third_party/offline/repositories.bzl).
+all_whl_requirements = []
+all_whl_requirements_by_package = {{}}
 """.format(packages = repr({p: True for p in packages}), lock = str(rctx.attr.lock), repo = rctx.name))
 
 lock_file_hub = repository_rule(
@@ -63,6 +72,9 @@ py_runtime(
     name = "runtime",
     interpreter_path = "{python}",
     python_version = "PY3",
+    # The launcher itself runs on this interpreter too (build tools such as
+    # tools/oci:ocibuild run in sandboxes without a `python` on PATH).
+    stub_shebang = "#!{python}",
 )
 
 py_runtime_pair(
@@ -84,4 +96,26 @@ venv_python_toolchain = repository_rule(
         "lock": attr.string(mandatory = True),
     },
     local = True,
+)
+
+def _offline_base_image_impl(rctx):
+    rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
+    rctx.file("BUILD.bazel", """\
+load("@rules_oci//oci:defs.bzl", "oci_offline_base")
+
+oci_offline_base(
+    name = "{name}",
+    digest = "{digest}",
+    image = "{image}",
+    visibility = ["//visibility:public"],
+)
+""".format(name = rctx.name, digest = rctx.attr.digest, image = rctx.attr.image))
+
+offline_base_image = repository_rule(
+    implementation = _offline_base_image_impl,
+    doc = "`@NAME` (i.e. `@NAME//:NAME`): the offline stand-in of a pulled base image.",
+    attrs = {
+        "image": attr.string(mandatory = True, doc = "The pulled image, IMAGE@sha256:..."),
+        "digest": attr.string(mandatory = True, doc = "The stand-in layout's own digest."),
+    },
 )

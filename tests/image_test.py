@@ -1,0 +1,204 @@
+"""//serving:tpu_image is reproducible and round-trips through a registry.
+
+Builds the image twice, each time with a fresh Bazel output base (nothing shared
+but the source tree), and requires the same manifest digest and layer diff_ids.
+Then starts Debian's docker-registry on a free loopback port (storage in the
+test's temp dir), pushes with `bazel run //serving:push_tpu_image --
+--repository=127.0.0.1:PORT/...`, reads the digest back with `skopeo inspect`,
+copies the image back out with skopeo and compares every layer byte for byte,
+checks the labels, and unpacks it with umoci to find the project's files.
+
+Runs Bazel inside the test (tag `local`): offline mode, as ./bazelw runs it.
+"""
+
+import gzip
+import hashlib
+import io
+import json
+import os
+import shutil
+import socket
+import subprocess
+import tarfile
+import tempfile
+import time
+import urllib.request
+
+from absl.testing import absltest
+
+_TARGET = "//serving:tpu_image"
+_PUSH = "//serving:push_tpu_image"
+_TOOLS = ("bazel-4", "docker-registry", "skopeo", "umoci")
+
+
+def source_root():
+    # MODULE.bazel is a data dependency; its runfile links back to the source tree.
+    return os.path.dirname(os.path.realpath("MODULE.bazel"))
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def read_json(path):
+    with open(path, "rb") as f:
+        return json.load(f)
+
+
+class Layout:
+    """The one image of an OCI layout: manifest digest, manifest, config, blobs."""
+
+    def __init__(self, root):
+        self.root = root
+        index = read_json(os.path.join(root, "index.json"))
+        self.digest = index["manifests"][0]["digest"]
+        self.manifest = json.loads(self.blob(self.digest))
+        self.config = json.loads(self.blob(self.manifest["config"]["digest"]))
+
+    def blob(self, digest):
+        with open(os.path.join(self.root, "blobs", *digest.split(":")), "rb") as f:
+            return f.read()
+
+    def layers(self):
+        return [self.blob(layer["digest"]) for layer in self.manifest["layers"]]
+
+
+class ImageTest(absltest.TestCase):
+
+    @classmethod
+    def setUpClass(cls):
+        super().setUpClass()
+        missing = [tool for tool in _TOOLS if not shutil.which(tool)]
+        if missing:
+            raise AssertionError(f"{missing} not installed; ./bazelw installs them (apt)")
+        cls.root = source_root()
+        # Short paths: Bazel's server socket lives in its output base.
+        cls.tmp = tempfile.mkdtemp(prefix="g4img-", dir="/tmp")
+        cls.outputs = [cls.bazel_build(name) for name in ("a", "b")]
+
+    @classmethod
+    def tearDownClass(cls):
+        shutil.rmtree(cls.tmp, ignore_errors=True)
+        super().tearDownClass()
+
+    @classmethod
+    def bazel(cls, output_base, *args):
+        command = ["bazel-4", "--batch", f"--output_user_root={cls.tmp}/user",
+                   f"--output_base={output_base}", *args]
+        # Nothing of this test's own runfiles or temp dir reaches the inner Bazel.
+        env = {k: v for k, v in os.environ.items()
+               if not k.startswith(("RUNFILES_", "TEST_", "PYTHON"))}
+        done = subprocess.run(command, cwd=cls.root, capture_output=True, text=True,
+                              check=False, timeout=900, env=env)
+        if done.returncode:
+            raise AssertionError(f"{' '.join(command)} failed:\n{done.stderr[-4000:]}")
+        return done
+
+    @classmethod
+    def bazel_build(cls, name):
+        """Builds the image with a fresh output base; returns (output base, layout dir)."""
+        output_base = os.path.join(cls.tmp, name)
+        cls.bazel(output_base, "build", "--config=offline", "--symlink_prefix=/", _TARGET)
+        bin_dir = cls.bazel(output_base, "info", "--config=offline", "bazel-bin").stdout.strip()
+        return output_base, os.path.join(bin_dir, "serving", "tpu_image")
+
+    def test_two_clean_builds_are_identical(self):
+        (_, first), (_, second) = self.outputs
+        self.assertNotEqual(os.path.realpath(first), os.path.realpath(second))
+        a, b = Layout(first), Layout(second)
+        print(f"build a: {a.digest}\nbuild b: {b.digest}")
+        self.assertEqual(a.digest, b.digest)
+        self.assertEqual(a.config["rootfs"]["diff_ids"], b.config["rootfs"]["diff_ids"])
+        self.assertLen(a.config["rootfs"]["diff_ids"], 3)  # base stand-in, Python, project
+        for layer, diff_id in zip(a.layers(), a.config["rootfs"]["diff_ids"]):
+            self.assertEqual(layer[:2], b"\x1f\x8b")
+            self.assertEqual(layer[4:8], b"\0\0\0\0")  # gzip header mtime 0
+            self.assertEqual(layer[3] & 0x08, 0)  # no file name in the header
+            self.assertEqual("sha256:" + hashlib.sha256(gzip.decompress(layer)).hexdigest(),
+                             diff_id)
+
+    def test_push_round_trip(self):
+        output_base, layout_dir = self.outputs[0]
+        local = Layout(layout_dir)
+        port = free_port()
+        registry = os.path.join(self.tmp, "registry")
+        os.makedirs(registry, exist_ok=True)
+        config = os.path.join(registry, "config.yml")
+        with open(config, "w") as f:
+            f.write(f"version: 0.1\nlog:\n  level: error\nstorage:\n  filesystem:\n"
+                    f"    rootdirectory: {registry}/data\nhttp:\n  addr: 127.0.0.1:{port}\n")
+        server = subprocess.Popen(["docker-registry", "serve", config],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.addCleanup(server.wait, 10)
+        self.addCleanup(server.terminate)
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/v2/", timeout=2).close()
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise
+                time.sleep(0.2)
+
+        repository = f"127.0.0.1:{port}/gemma4/serve-tpu"
+        pushed = self.bazel(output_base, "run", "--config=offline", "--symlink_prefix=/",
+                            _PUSH, "--", f"--repository={repository}", "--tag=ci")
+        print(pushed.stdout.strip())
+        self.assertEqual(pushed.stdout.strip().splitlines()[-1], f"{repository}@{local.digest}")
+
+        def inspect(reference, *extra):
+            return subprocess.run(
+                ["skopeo", "inspect", "--tls-verify=false", *extra, f"docker://{reference}"],
+                check=True, capture_output=True, text=True).stdout
+        self.assertEqual(inspect(f"{repository}:ci", "--format", "{{.Digest}}").strip(),
+                         local.digest)
+        remote = json.loads(inspect(f"{repository}@{local.digest}"))
+        self.assertEqual(remote["Layers"], [l["digest"] for l in local.manifest["layers"]])
+
+        back = os.path.join(self.tmp, "back")
+        subprocess.run(["skopeo", "copy", "--quiet", "--src-tls-verify=false",
+                        f"docker://{repository}@{local.digest}", f"oci:{back}:back"],
+                       check=True)
+        copied = Layout(back)
+        self.assertEqual(copied.digest, local.digest)
+        self.assertEqual(copied.layers(), local.layers())  # byte for byte
+
+        labels = remote["Labels"]
+        with open(os.path.join(self.root, "third_party", "requirements",
+                               "serve_image_lock.txt"), "rb") as f:
+            lock_hash = "sha256:" + hashlib.sha256(f.read()).hexdigest()
+        self.assertEqual(labels["dev.gemma4-toolkit.lock.serve_image"], lock_hash)
+        self.assertEqual(labels["org.opencontainers.image.base.name"], "docker.io/vllm/vllm-tpu")
+        with open(os.path.join(self.root, "MODULE.bazel")) as f:
+            self.assertIn(f'digest = "{labels["org.opencontainers.image.base.digest"]}"',
+                          f.read())
+        self.assertRegex(labels["dev.gemma4-toolkit.version.vllm"], r"^\d+\.\d+")
+        status = subprocess.run([os.path.join(self.root, "tools", "workspace_status.sh")],
+                                cwd=self.root, check=True, capture_output=True, text=True)
+        self.assertEqual(f"STABLE_GIT_COMMIT {labels['org.opencontainers.image.revision']}",
+                         status.stdout.strip())
+
+        bundle = os.path.join(self.tmp, "bundle")
+        subprocess.run(["umoci", "unpack", "--rootless", "--image", f"{back}:back", bundle],
+                       check=True, capture_output=True)
+        rootfs = os.path.join(bundle, "rootfs")
+        with open(os.path.join(rootfs, "app", "serving", "serve.py"), "rb") as f, \
+                open(os.path.join(self.root, "serving", "serve.py"), "rb") as g:
+            self.assertEqual(f.read(), g.read())
+        self.assertTrue(os.path.exists(os.path.join(rootfs, "opt", "g4", "locks",
+                                                    "serve_image_lock.txt")))
+        self.assertTrue(os.path.exists(os.path.join(rootfs, "etc", "gemma4-offline-base")))
+        entrypoint = local.config["config"]["Entrypoint"]
+        self.assertEqual(entrypoint[:3], ["python3", "-m", "serving.serve"])
+        self.assertIn("--config=v6e8.py", entrypoint)
+        with tarfile.open(fileobj=io.BytesIO(gzip.decompress(local.layers()[-1]))) as tar:
+            for member in tar.getmembers():
+                self.assertEqual((member.mtime, member.uid, member.gid, member.uname),
+                                 (0, 0, 0, ""), member.name)
+
+
+if __name__ == "__main__":
+    absltest.main()

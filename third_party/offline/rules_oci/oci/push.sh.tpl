@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# Pushes an OCI layout with skopeo: by digest first, then each tag.
+#   bazel run //serving:push_tpu_image -- [--repository=HOST/PATH] [--tag=TAG ...]
+# TLS is verified except for a registry on localhost/127.0.0.1.
+set -euo pipefail
+
+repository="{{repository}}"
+default_tags=({{tags}})
+tags=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --repository=*) repository="${1#*=}" ;;
+    --repository) repository="${2:?--repository needs a value}"; shift ;;
+    --tag=*) tags+=("${1#*=}") ;;
+    --tag) tags+=("${2:?--tag needs a value}"); shift ;;
+    *) echo "error: unknown argument $1 (expected --repository=HOST/PATH, --tag=TAG)" >&2; exit 1 ;;
+  esac
+  shift
+done
+[[ ${#tags[@]} -gt 0 ]] || tags=("${default_tags[@]}")
+
+# `bazel run` starts us in our runfiles tree; run directly, it lies next to us.
+runfiles="$0.runfiles/{{workspace}}"
+[[ -d "$runfiles" ]] || runfiles="$PWD"
+layout="$runfiles/{{layout}}"
+digest="$(cat "$runfiles/{{digest}}")"
+
+if ! command -v skopeo >/dev/null 2>&1; then
+  echo "error: skopeo is not installed (Debian: apt-get install skopeo)" >&2
+  exit 1
+fi
+tls=()
+case "${repository%%/*}" in
+  localhost|localhost:*|127.0.0.1|127.0.0.1:*) tls=(--dest-tls-verify=false) ;;
+esac
+
+echo "pushing $repository@$digest" >&2
+skopeo copy --quiet --preserve-digests "${tls[@]}" "oci:$layout" "docker://$repository@$digest"
+for tag in "${tags[@]}"; do
+  skopeo copy --quiet --preserve-digests "${tls[@]}" "oci:$layout" "docker://$repository:$tag"
+  echo "tagged $repository:$tag" >&2
+done
+echo "$repository@$digest"

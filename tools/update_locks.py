@@ -122,9 +122,12 @@ def check_images(write):
     moved = {}
     for image in pins.pulled_images(text):
         reference = f"docker://{image['image']}:{image['tag']}"
-        current = subprocess.run(
-            ["skopeo", "inspect", "--raw", "--no-tags", reference], check=True,
-            capture_output=True).stdout
+        done = subprocess.run(["skopeo", "inspect", "--raw", "--no-tags", reference],
+                              capture_output=True, check=False)
+        if done.returncode:
+            raise SystemExit(f"error: skopeo inspect {reference} failed (no registry access?):"
+                             f"\n{done.stderr.decode(errors='replace').strip()}")
+        current = done.stdout
         digest = pins.sha256_of(current)
         status = "current" if digest == image["digest"] else "MOVED"
         print(f"{image['name']:<16} {image['image']}:{image['tag']}\n"

@@ -20,7 +20,7 @@ class ProblemsError(cli.UserError):
 
 
 PROBLEMS_FILE = "problems.txt"
-_ID = re.compile(r"^Prob\d{3}_\w+$")
+ID_PATTERN = re.compile(r"^Prob\d{3}_\w+$")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -42,7 +42,7 @@ class Problem:
 
 def problem(dataset_dir, problem_id):
     """The Problem `problem_id` of `dataset_dir`; fails if a file is missing."""
-    if not _ID.match(problem_id):
+    if not ID_PATTERN.match(problem_id):
         raise ProblemsError(f"not a VerilogEval problem id: {problem_id!r}")
     base = os.path.join(dataset_dir, problem_id)
     found = Problem(problem_id, base + "_prompt.txt", base + "_ref.sv", base + "_test.sv")

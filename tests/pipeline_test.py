@@ -1,5 +1,6 @@
 """//:pipeline end to end on a small setting: both trainers, export, vLLM on CPU
-serving the fine-tuned adapter, a one-point sweep, two evaluations, the report.
+serving the fine-tuned adapter, a one-point sweep, evaluations of the base and the
+fine-tuned model on VerilogEval and on the sample tasks, the report.
 
 Checks that the report has every section with figures from this run, that a
 rerun skips every finished stage, and that a removed stage output shows up in
@@ -16,6 +17,7 @@ from absl.testing import absltest
 
 ARGS = ("--train_args=--config.max_steps=2,--config.checkpoint_every_steps=2",
         "--problems=Prob001_zero,Prob005_notgate", "--eval_args=--n=1,--max_tokens=16",
+        "--sample_problems=Prob001_mux4_8,Prob022_dff_srst",
         "--sweep=64x4")
 
 
@@ -44,12 +46,17 @@ class PipelineTest(absltest.TestCase):
         for row in report["training"]:
             self.assertGreater(row["tokens_per_s"], 0)
             self.assertEqual(row["machine"], "cpu")
-        # The sweep of the fine-tuned model, and both evaluations.
+        # The sweep of the fine-tuned model, and the evaluations of both models on
+        # VerilogEval and on the sample tasks, compared model against model.
         (serving,) = report["serving"]
         self.assertGreater(serving["input_lengths"]["64"]["peak_output_tok_s"], 0)
-        self.assertEqual(sorted(q["label"] for q in report["quality"]),
-                         ["eval-base", "eval-finetuned"])
-        self.assertEqual(report["quality_differences"][0]["a"], "eval-base")
+        self.assertEqual({q["label"]: q["problems"] for q in report["quality"]}, {
+            "eval-base": 2, "eval-finetuned": 2, "eval-sample-base": 2,
+            "eval-sample-finetuned": 2})
+        self.assertEqual(sorted((d["a"], d["b"]) for d in report["quality_differences"]), [
+            ("eval-base", "eval-finetuned"), ("eval-sample-base", "eval-sample-finetuned")])
+        with open(os.path.join(workdir, "sample-tasks", "problems.txt")) as f:
+            self.assertLen(f.read().split(), 40)
         # Only what a CPU run cannot have is missing: no TPU or GPU machine to pair.
         self.assertEqual(report["missing"], [
             "no platform with both a training run and a serving sweep: no cost of ownership"])

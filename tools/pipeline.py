@@ -12,8 +12,11 @@ WORKDIR/logs/STAGE.log):
   export    //conversion:export of the TPU run     -> WORKDIR/export/{adapter,merged}
   bench     vLLM serving the base with the exported adapter (the fine-tuned
             model), //serving:bench on it          -> WORKDIR/serve, WORKDIR/bench
-  eval      //eval:verilog_eval of the base and of the fine-tuned model on
-            --problems, through the same server    -> WORKDIR/eval-{base,finetuned}
+  eval      //eval:verilog_eval of the base and of the fine-tuned model,
+            through the same server, on --problems of VerilogEval
+                                                   -> WORKDIR/eval-{base,finetuned}
+            and on --sample_problems of the sample tasks (//eval:sample_tasks)
+                                                   -> WORKDIR/eval-sample-{base,finetuned}
   report    //tools:report of all of the above     -> WORKDIR/report
 A stage whose outputs are complete is skipped, so rerunning after an
 interruption resumes (the trainers resume from their checkpoints). A failing
@@ -51,6 +54,10 @@ _TRAIN_ARGS = flags.DEFINE_list("train_args", ["--config.max_steps=6"],
                                 "Extra flags for both trainers.")
 _PROBLEMS = flags.DEFINE_string("problems", "Prob001_zero,Prob002_m2014_q4i,Prob003_step_one,"
                                 "Prob004_vector2,Prob005_notgate", "VerilogEval problems.")
+_SAMPLE_PROBLEMS = flags.DEFINE_string(
+    "sample_problems", "Prob001_mux4_8,Prob008_parity_gen,Prob022_dff_srst,Prob040_johnson4",
+    "Sample tasks (data/sample as a VerilogEval data set, //eval:sample_tasks) to evaluate "
+    "too, comma-separated; empty: none.")
 _EVAL_ARGS = flags.DEFINE_list("eval_args", ["--n=2", "--max_tokens=64"],
                                "Extra flags for both evaluations.")
 _SWEEP = flags.DEFINE_string("sweep", "64x1,4", "//serving:bench --sweep (LENGTHS x RATES).")
@@ -92,7 +99,7 @@ def _complete(path, *names):
 
 
 def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, train_args,
-               problems, eval_args, sweep, say=print):
+               problems, sample_problems, eval_args, sweep, say=print):
     """Runs `stages` under Pipeline `p`; returns {stage: "ran" | "skipped"}."""
     status = {}
 
@@ -123,9 +130,15 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
         "export", "conversion.export", f"--run_dir={tpu}", "--format=both",
         f"--output_dir={export}", "--overwrite"))
 
-    evals = {BASE: p.path("eval-base"), FINETUNED: p.path("eval-finetuned")}
+    sample_dir = p.path("sample-tasks")
+    # (served model, problems flags, run directory) of each evaluation.
+    evals = [(model, [f"--problems={problems}"], p.path(f"eval-{model}"))
+             for model in (BASE, FINETUNED)]
+    if sample_problems:
+        evals += [(model, [f"--dataset_dir={sample_dir}", f"--problems={sample_problems}"],
+                   p.path(f"eval-sample-{model}")) for model in (BASE, FINETUNED)]
     served = {"bench": lambda: _complete(p.path("bench"), "summary.json"),
-              "eval": lambda: all(_complete(d, "summary.json") for d in evals.values())}
+              "eval": lambda: all(_complete(d, "summary.json") for _, _, d in evals)}
     pending = [name for name, done in served.items() if name in stages and not done()]
     server = None
     if pending and base_url is None:
@@ -156,17 +169,18 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
             f"--out_dir={p.path('bench')}", "--label=fine-tuned"))
 
         def evaluate():
-            for model, out in evals.items():
+            if sample_problems and not _complete(sample_dir, "problems.txt"):
+                p.run("eval", "eval.sample_tasks", f"--out={sample_dir}")
+            for model, which, out in evals:
                 if not _complete(out, "summary.json"):
                     p.run("eval", "eval.verilog_eval", f"--base_url={base_url}/v1",
-                          f"--model={model}", f"--problems={problems}", f"--out_dir={out}",
-                          *eval_args)
+                          f"--model={model}", *which, f"--out_dir={out}", *eval_args)
 
         stage("eval", served["eval"], evaluate)
     finally:
         if server is not None:
             server.stop()
-    runs = [d for d in (tpu, gpu, p.path("bench"), *evals.values())
+    runs = [d for d in (tpu, gpu, p.path("bench"), *(out for _, _, out in evals))
             if _complete(d, "run.json") or _complete(d, "summary.json")]
     stage("report", lambda: False, lambda: p.run(
         "report", "tools.report", f"--runs={','.join(runs)}", f"--out={p.path('report')}"))
@@ -204,7 +218,7 @@ def main(argv):
         Pipeline(workdir), set(_STAGES.value), tpu_config=_TPU_CONFIG.value,
         gpu_config=_GPU_CONFIG.value, serve_config=_SERVE_CONFIG.value,
         base_url=_BASE_URL.value, train_args=_TRAIN_ARGS.value, problems=_PROBLEMS.value,
-        eval_args=_EVAL_ARGS.value, sweep=_SWEEP.value)
+        sample_problems=_SAMPLE_PROBLEMS.value, eval_args=_EVAL_ARGS.value, sweep=_SWEEP.value)
     print(f"pipeline finished in {time.time() - started:.0f} s ({status}); report: "
           f"{os.path.join(workdir, 'report', 'report.html')}")
 

@@ -94,6 +94,9 @@ class Layer:
             for info in archive.infolist():
                 if info.is_dir():
                     continue
+                parts = info.filename.split("/")
+                if info.filename.startswith("/") or ".." in parts:
+                    raise BuildError(f"{wheel}: member {info.filename!r} leaves the wheel")
                 top, _, rest = info.filename.partition("/")
                 if top.endswith(".data"):
                     kind, _, inner = rest.partition("/")

@@ -113,6 +113,11 @@ class LayerTest(absltest.TestCase):
         self.assertEqual(members[site + "demo/tool.sh"][0].mode, 0o755)
         self.assertEqual(members[site + "demo/__init__.py"][0].mode, 0o644)
         self.assertFalse([n for n in members if n.endswith(".h")])
+        evil = os.path.join(self.tmp, "evil-1.0-py3-none-any.whl")
+        with zipfile.ZipFile(evil, "w") as z:
+            z.writestr("demo/../../../etc/passwd", "x")
+        with self.assertRaisesRegex(ocibuild.BuildError, "leaves the wheel"):
+            ocibuild.build_layer(out, wheels=[evil], site_packages="/s")
         not_a_wheel = self._source("x.whl", b"not a zip")
         with self.assertRaisesRegex(ocibuild.BuildError, "x.whl: not a wheel"):
             ocibuild.build_layer(out, wheels=[not_a_wheel], site_packages="/s")

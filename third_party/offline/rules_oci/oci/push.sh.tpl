@@ -35,9 +35,9 @@ case "${repository%%/*}" in
 esac
 
 echo "pushing $repository@$digest" >&2
-skopeo copy --quiet --preserve-digests "${tls[@]}" "oci:$layout" "docker://$repository@$digest"
+skopeo copy --quiet --preserve-digests ${tls[@]+"${tls[@]}"} "oci:$layout" "docker://$repository@$digest"
 for tag in "${tags[@]}"; do
-  skopeo copy --quiet --preserve-digests "${tls[@]}" "oci:$layout" "docker://$repository:$tag"
+  skopeo copy --quiet --preserve-digests ${tls[@]+"${tls[@]}"} "oci:$layout" "docker://$repository:$tag"
   echo "tagged $repository:$tag" >&2
 done
 echo "$repository@$digest"

@@ -54,7 +54,7 @@ PLATFORM = ["--python-version", "3.11", "--python-platform", "x86_64-manylinux_2
 IMAGE_PLATFORM = ["--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_31"]
 
 
-def _uv_compile(name, extra, cwd):
+def _uv_compile(name, extra):
     return [venvs.uv_binary(), "pip", "compile", f"{name}.in", "--generate-hashes",
             "--custom-compile-command", f"python3 tools/update_locks.py {name}", *extra]
 
@@ -67,7 +67,7 @@ def _cpu_torch_sources():
 
 
 def compile_lock(name):
-    command = _uv_compile(name, [], venvs.LOCKS) + [
+    command = _uv_compile(name, []) + [
         "-o", f"{name}_lock.txt", *PLATFORM, *UNIVERSES[name], *_cpu_torch_sources()]
     subprocess.run(command, check=True, cwd=venvs.LOCKS)
 
@@ -89,7 +89,7 @@ def lock_entries(text):
 def compile_overlay(name):
     base, replaced, options = OVERLAYS[name]
     with tempfile.TemporaryDirectory() as tmp:
-        command = _uv_compile(name, options, venvs.LOCKS) + [
+        command = _uv_compile(name, options) + [
             "-o", os.path.join(tmp, "full.txt"), *IMAGE_PLATFORM, "--no-annotate", "--no-header"]
         base_entries = []
         if base:

@@ -18,6 +18,9 @@ MISSING = "/nonexistent/g4"
 CASES = {
     "training_tpu_sft": ("training.tpu.sft", ["--config.model.name=" + MISSING],
                          "is neither 'tiny-random-gemma4', a directory, nor a Hub id"),
+    "training_tpu_compile": ("training.tpu.compile", ["--base_config=" + MISSING,
+                                                      "--workdir={tmp}/c"],
+                             "is neither a config.json, a directory, nor a Hub id"),
     "training_gpu_sft": ("training.gpu.sft", ["--config.model.name=" + MISSING],
                          "is neither 'tiny-random-gemma4', a directory, nor a Hub id"),
     "conversion_export": ("conversion.export", ["--run_dir=" + MISSING, "--output_dir={tmp}/o"],

@@ -23,6 +23,9 @@ class Machine:
     peak_bf16_tflops_per_chip: float  # dense bf16; 0: MFU is not reported
     dollars_per_hour: float | None  # on-demand, whole machine; None: no price known
     source: str
+    # The TPU topology XLA compiles for ahead of time (training/tpu/aot.py);
+    # empty for machines that are not TPU slices.
+    topology: str = ""
 
     @property
     def peak_flops_per_chip(self):
@@ -41,13 +44,13 @@ MACHINES = {m.name: m for m in (
             dollars_per_hour=0.0, source="a laptop or CI machine: nothing to plan or price"),
     Machine("tpu-v5p-8", chips=4, **_V5P, dollars_per_hour=16.80,
             source="v5p spec sheet: 95 GiB (102.8 GB) HBM, 459 bf16 TFLOP/s per chip; "
-                   "$16.80/h as in the reference study"),
+                   "$16.80/h as in the reference study", topology="v5p:2x2x1"),
     Machine("tpu-v5p-16", chips=8, **_V5P, dollars_per_hour=2 * 16.80,
-            source="two v5p-8 hosts: twice the v5p-8 price"),
+            source="two v5p-8 hosts: twice the v5p-8 price", topology="v5p:2x2x2"),
     Machine("tpu-v6e-8", chips=8, hbm_gib_per_chip=29.80, peak_bf16_tflops_per_chip=918.0,
             dollars_per_hour=21.52,
             source="v6e spec sheet: 32 GB HBM, 918 bf16 TFLOP/s per chip; $21.52/h as in "
-                   "the reference study"),
+                   "the reference study", topology="v6e:2x4"),
     Machine("gpu-h100x2", chips=2, **_H100, dollars_per_hour=22.12,
             source="a3-highgpu-2g: H100 80GB, 989 dense bf16 TFLOP/s per GPU; $22.12/h as "
                    "in the reference study"),

@@ -51,15 +51,50 @@ def resolve(name, run_dir):
     raise BaseModelError(f"base model {name!r} is neither {TINY!r}, a directory, nor a Hub id")
 
 
-def read_config(model_dir):
-    path = os.path.join(model_dir, "config.json")
+# Copies of public Hub configs, for what needs only a config.json (the TPU stack's
+# ahead-of-time compile): no download, and the same answer offline.
+HUB_CONFIGS = {"google/gemma-4-31B-it": "google--gemma-4-31B-it"}
+_HUB_CONFIGS_DIR = os.path.join(os.path.dirname(os.path.abspath(__file__)), "hub_configs")
+
+
+def config_only(name):
+    """(config.json dict, where it came from) for a directory, a file or a Hub id.
+
+    Hub ids in HUB_CONFIGS read the copy shipped in hub_configs/ (see its
+    PROVENANCE.md); other Hub ids download config.json alone.
+    """
+    if os.path.isdir(name):
+        path = os.path.join(name, "config.json")
+    elif os.path.isfile(name):
+        path = name
+    elif name in HUB_CONFIGS:
+        path = os.path.join(_HUB_CONFIGS_DIR, HUB_CONFIGS[name], "config.json")
+    elif name.count("/") == 1 and not name.startswith((".", "/")):
+        from huggingface_hub import hf_hub_download  # pylint: disable=import-outside-toplevel
+        try:
+            path = hf_hub_download(name, "config.json")
+        except Exception as e:  # network, auth, missing repo alike
+            raise BaseModelError(f"cannot download {name}/config.json: {e}") from e
+    else:
+        raise BaseModelError(f"{name!r} is neither a config.json, a directory, nor a Hub id")
+    return _read_json(path), os.path.abspath(path)
+
+
+def _read_json(path):
     try:
         with open(path) as f:
             return json.load(f)
     except FileNotFoundError:
-        raise BaseModelError(f"{model_dir} has no config.json: not a Hugging Face model") from None
+        raise BaseModelError(f"{path} does not exist") from None
     except json.JSONDecodeError as e:
         raise BaseModelError(f"{path} is not valid JSON: {e}") from None
+
+
+def read_config(model_dir):
+    path = os.path.join(model_dir, "config.json")
+    if not os.path.exists(path):
+        raise BaseModelError(f"{model_dir} has no config.json: not a Hugging Face model")
+    return _read_json(path)
 
 
 def safetensors_files(model_dir):

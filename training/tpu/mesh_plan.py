@@ -84,22 +84,26 @@ def hbm_estimate(dims, mesh, *, seq_len, micro_batch, base_bytes, lora_rank, tun
                  remat=True):
     """Bytes per chip by component: base weights, LoRA, optimizer state, activations.
 
-    A planning figure, not a measurement: weights and LoRA are split over all
-    chips (LoRA factors in float32); Adam keeps two float32 moments and the
-    gradients one copy of the LoRA factors; with remat every layer keeps its input (B x T x D) and one
-    layer at a time holds its attention scores (fp32, heads split over tp)
-    and MLP activations; the fp32 logits are split over tp. Plus 10% for
-    XLA's workspace.
+    A planning figure, checked against XLA's own buffer assignment for the
+    real 31B widths (training/tpu/compile_test.py, //training/tpu:compile):
+    weights and LoRA are split over all chips (LoRA factors in float32); Adam
+    keeps two float32 moments and the gradients one copy of the LoRA factors.
+    With remat every layer keeps two B x T x D tensors (its input and the
+    residual stream) and one layer at a time holds its live activations: six
+    fp32 copies of the attention scores (scores, masked scores, probabilities
+    and their gradients; heads split over tp, dense T x T as the step computes
+    them) and the MLP's three hidden tensors. The output projection holds its
+    logits and their gradient in fp32, split over tp.
     """
     chips = mesh.devices
     local_batch = micro_batch / mesh.fsdp
     tokens = local_batch * seq_len
     lora = lora_parameter_count(dims, lora_rank, tunix_modules)
     kept_per_layer = tokens * dims.embed * base_bytes / mesh.tp
-    attention_scores = tokens * seq_len * dims.heads * 4 / mesh.tp
+    attention_scores = 6 * tokens * seq_len * dims.heads * 4 / mesh.tp
     mlp = 3 * tokens * dims.mlp * base_bytes / mesh.tp
     layer_live = attention_scores + mlp + 8 * kept_per_layer
-    activations = (dims.num_layers * kept_per_layer + layer_live if remat
+    activations = (2 * dims.num_layers * kept_per_layer + layer_live if remat
                    else dims.num_layers * layer_live)
     logits = 2 * tokens * dims.vocab * 4 / mesh.tp
     parts = {
@@ -109,7 +113,6 @@ def hbm_estimate(dims, mesh, *, seq_len, micro_batch, base_bytes, lora_rank, tun
         "optimizer_state": 2 * lora * 4 / chips,
         "activations": activations + logits,
     }
-    parts["xla_workspace"] = 0.1 * sum(parts.values())
     parts["total"] = sum(parts.values())
     return parts
 

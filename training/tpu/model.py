@@ -189,7 +189,7 @@ def load(model_dir, dims, mesh, dtype="bfloat16", lora_config=None, seed=0):
         raise gemma4_map.MappingError(f"no value for parameters {unfilled[:5]}")
     model = nnx.merge(graphdef, nnx.from_flat_state(flat))
     if lora_config is not None and lora_config.dropout > 0:
-        _use_fixed_dropout_keys(model)
+        use_fixed_dropout_keys(model)
     return model
 
 
@@ -198,7 +198,7 @@ def load_base(model_dir, dims, mesh, dtype="bfloat16"):
     return load(model_dir, dims, mesh, dtype)
 
 
-def _use_fixed_dropout_keys(model):
+def use_fixed_dropout_keys(model):
     for _, module in model.iter_modules():
         if any(hasattr(module, f"{w}_lora_a") for w in ("w", "kernel")):
             rngs = nnx.Rngs(dropout=0)

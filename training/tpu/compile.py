@@ -1,0 +1,170 @@
+"""Compiles the TPU training step for the config's TPU topology, without a TPU.
+
+    bazel run //training/tpu:compile -- --config=v5p8.py --workdir=runs/compile-v5p8
+    bazel run //training/tpu:compile -- --config=v5p8.py --compare_reference
+
+Builds the config's model, LoRA and optimizer state abstractly from the base
+model's config.json alone (a Hub id, a directory or a config.json file; the
+31B config ships with the repository), compiles exactly the step `sft` runs
+for the machine's topology (tools/common/machines.py) on compile-only devices,
+and prints and writes WORKDIR/compile.json: XLA's bytes per chip against HBM
+and against the planner, its FLOPs against training/common/flops.py, its
+estimate of the step time, and the predicted tokens/s, trained tokens/s and
+MFU. A step that does not fit in 90% of HBM exits 1 after writing the table.
+
+Token fractions: a step holds examples x seq_len token positions, of which a
+fraction are data (not padding) and a smaller fraction are trained (loss-masked
+in). They come from the config's data, tokenized with the base's tokenizer,
+unless given with --non_padding_fraction / --trained_fraction.
+--compare_reference also compiles the reference recipe's step (tp=4,
+micro-batch 1 x 8, rows padded to the sequence length) and prints the ratio.
+"""
+
+import dataclasses
+import json
+import logging
+import os
+
+from absl import app
+from absl import flags
+from absl import logging as absl_logging
+
+from tools.common import cli
+from tools.common import config_cli
+
+_CONFIG = config_cli.define_config_flag(__file__, default="v5p8.py")
+_WORKDIR = flags.DEFINE_string("workdir", "runs/tpu-compile", "Where compile.json goes.")
+_BASE_CONFIG = flags.DEFINE_string(
+    "base_config", "", "The base model's config.json, its directory or a Hub id (default: "
+    "the config's model.name; google/gemma-4-31B-it reads the copy in "
+    "training/formats/hub_configs).")
+_LAYERS = flags.DEFINE_list(
+    "layers", [], "Keep only these layer indices of the base (e.g. 0,5: one sliding and one "
+    "global layer of Gemma 4), for quick checks; default all.")
+_NON_PADDING = flags.DEFINE_float(
+    "non_padding_fraction", None, "Share of token positions holding data, for the config's "
+    "packing setting (default: measured on the config's data).")
+_TRAINED = flags.DEFINE_float(
+    "trained_fraction", None, "Share of token positions that are trained (default: measured).")
+_COMPARE = flags.DEFINE_bool(
+    "compare_reference", False, "Also compile the reference recipe's step and print the ratio.")
+_REF_NON_PADDING = flags.DEFINE_float(
+    "reference_non_padding_fraction", None,
+    "As --non_padding_fraction for the reference's padded rows (default: measured).")
+_REF_TRAINED = flags.DEFINE_float(
+    "reference_trained_fraction", None, "As --trained_fraction for the reference's rows.")
+
+COMPILE_JSON = "compile.json"
+
+
+class CompileError(cli.UserError):
+    pass
+
+
+def measured_fractions(config, base_name, packing):
+    """(non-padding, trained) shares of token positions of the config's data."""
+    from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
+    from data import pipeline  # pylint: disable=import-outside-toplevel
+    data_config = config.data.copy_and_resolve_references()
+    with data_config.unlocked():
+        data_config.packing = packing
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(base_name)
+    except Exception as e:  # network, auth, a directory without a tokenizer alike
+        raise CompileError(f"cannot load the tokenizer of {base_name} to measure the data's "
+                           f"token fractions ({e}); pass --non_padding_fraction and "
+                           "--trained_fraction (and --reference_* with "
+                           "--compare_reference)") from e
+    sequences = pipeline.prepare(data_config, tokenizer).sequences
+    positions = sequences["segment_ids"].size
+    trained = float(sequences["loss_mask"][:, 1:].sum())
+    return float((sequences["segment_ids"] > 0).sum()) / positions, trained / positions
+
+
+def _fractions(config, base_name, packing, non_padding, trained):
+    if non_padding is not None and trained is not None:
+        return non_padding, trained
+    return measured_fractions(config, base_name, packing)
+
+
+def reference_setting(setting):
+    """The reference's step at the same sequence length: tp=4, 1 x 8, padded rows."""
+    return dataclasses.replace(setting, fsdp=1, tp=4, per_device_batch=1, effective_batch=8,
+                               remat=True)
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    absl_logging.set_verbosity(absl_logging.WARNING)
+    logging.getLogger("training").setLevel(logging.INFO)
+    from training.tpu import aot  # pylint: disable=import-outside-toplevel
+    aot.use_libtpu()  # before anything starts JAX
+    from tools.common import machines  # pylint: disable=import-outside-toplevel
+    from training.formats import base_model  # pylint: disable=import-outside-toplevel
+    from training.formats import gemma4_map  # pylint: disable=import-outside-toplevel
+
+    config = _CONFIG.value
+    workdir = config_cli.user_path(_WORKDIR.value)
+    machine = machines.get(config.machine)
+    base_name = _BASE_CONFIG.value or config.model.name
+    if base_name == base_model.TINY:
+        raise CompileError("the tiny CPU model has no TPU to compile for: use a TPU config "
+                           "(--config=v5p8.py) or --base_config")
+    hf_config, source = base_model.config_only(
+        config_cli.user_path(base_name) if os.path.exists(config_cli.user_path(base_name))
+        else base_name)
+    dims = gemma4_map.Dims.from_hf_config(hf_config)
+    if _LAYERS.value:
+        try:
+            types = tuple(dims.layer_types[int(i)] for i in _LAYERS.value)
+        except (ValueError, IndexError):
+            raise CompileError(f"--layers={','.join(_LAYERS.value)}: indices of the base's "
+                               f"{dims.num_layers} layers") from None
+        dims = dataclasses.replace(dims, layer_types=types)
+    setting = aot.Setting.from_config(config)
+    tokenizer_source = config.model.name
+    rows = []
+    plans = [(setting, config.data.packing, _NON_PADDING.value, _TRAINED.value, False)]
+    if _COMPARE.value:
+        plans.insert(0, (reference_setting(setting), False, _REF_NON_PADDING.value,
+                         _REF_TRAINED.value, True))
+    for plan_setting, packing, non_padding, trained, is_reference in plans:
+        non_padding, trained = _fractions(config, tokenizer_source, packing, non_padding,
+                                          trained)
+        print(f"compiling {'the reference step' if is_reference else 'the step'} for "
+              f"{machine.topology} ({dims.num_layers} layers, mesh {plan_setting.fsdp} x "
+              f"{plan_setting.tp}, {plan_setting.micro_batch} x {plan_setting.accumulation} "
+              f"x {plan_setting.seq_len} tokens)...", flush=True)
+        row = aot.compile_row(dims, config, plan_setting, machine,
+                              non_padding_fraction=non_padding, trained_fraction=trained)
+        row.update(packing=packing, reference=is_reference, base_config=source)
+        rows.append(row)
+    result = {"rows": rows}
+    if len(rows) == 1:
+        result.update(rows[0])
+    else:
+        ours, reference = rows[1], rows[0]
+        result["trained_tokens_per_s_ratio"] = (
+            ours["predicted_trained_tokens_per_s"] / reference["predicted_trained_tokens_per_s"])
+    os.makedirs(workdir, exist_ok=True)
+    path = os.path.join(workdir, COMPILE_JSON)
+    with open(path + ".tmp", "w") as f:
+        json.dump(result, f, indent=2)
+        f.write("\n")
+    os.replace(path + ".tmp", path)
+    print(aot.format_rows(rows))
+    if "trained_tokens_per_s_ratio" in result:
+        print(f"predicted trained tokens/s, ours / reference: "
+              f"{result['trained_tokens_per_s_ratio']:.2f}x")
+    print(f"wrote {path}")
+    too_big = [r for r in rows if not r["fits"] and not r["reference"]]
+    if too_big:
+        raise CompileError(f"the step needs {too_big[0]['per_chip_bytes'] / aot.GIB:.1f} GiB "
+                           f"per chip, over {aot.HBM_LIMIT:.0%} of {machine.name}'s "
+                           f"{machine.hbm_gib_per_chip} GiB HBM: lower the micro-batch or "
+                           "sequence length, enable remat, or use more chips")
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,141 @@
+"""The TPU step compiled ahead of time for v5p-8 (libtpu, no TPU): bytes and FLOPs.
+
+The 31B test compiles two layers of the real model (one sliding, one K = V
+global; every width real, sequence length 3072, the reference's micro-batch
+1 x 8 on tp=4) and holds XLA to the planner and to flops.py.
+"""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+import tempfile
+from unittest import mock
+
+from training.tpu import aot
+
+aot.use_libtpu()  # before JAX starts
+
+# pylint: disable=wrong-import-position
+from absl.testing import absltest
+
+from tools.common import machines
+from training.formats import base_model
+from training.formats import gemma4_map
+from training.tpu import mesh_plan
+from training.tpu.configs import v5p8
+
+V5P8 = machines.get("tpu-v5p-8")
+
+
+def real_31b(layers):
+    hf_config, _ = base_model.config_only("google/gemma-4-31B-it")
+    dims = gemma4_map.Dims.from_hf_config(hf_config)
+    return dataclasses.replace(dims, layer_types=tuple(dims.layer_types[i] for i in layers))
+
+
+def small_dims():
+    """A few-MB Gemma 4 with the real layer kinds: compiles in seconds."""
+    return dataclasses.replace(real_31b([0, 5]), vocab=1024, embed=256, mlp=512, heads=8,
+                               kv_heads=4, global_kv_heads=4, head_dim=64, global_head_dim=128)
+
+
+class CompileTest(absltest.TestCase):
+
+    def test_shipped_31b_config_has_the_recipe_widths(self):
+        dims = real_31b(range(60))
+        self.assertEqual((dims.vocab, dims.embed, dims.mlp, dims.heads, dims.head_dim),
+                         (262144, 5376, 21504, 32, 256))
+        self.assertEqual((dims.kv_heads, dims.global_kv_heads, dims.global_head_dim),
+                         (16, 4, 512))
+        self.assertTrue(dims.k_eq_v_global)
+        self.assertEqual(dims.layer_types.count(gemma4_map.GLOBAL), 10)
+
+    def test_31b_two_layers_on_v5p8_agree_with_planner_and_flops(self):
+        dims = real_31b([0, 5])
+        config = v5p8.get_config()
+        setting = aot.Setting.from_config(config)
+        self.assertEqual((setting.fsdp, setting.tp, setting.micro_batch, setting.accumulation,
+                          setting.seq_len), (1, 4, 1, 8, 3072))
+        row = aot.compile_row(dims, config, setting, V5P8, non_padding_fraction=0.3,
+                              trained_fraction=0.2)
+        print(json.dumps(row, indent=1))
+        self.assertEqual(row["topology"], "v5p:2x2x1")
+        self.assertTrue(row["fits"])
+        # FLOPs: flops.py's count of what the compiled step executes (dense
+        # masked attention, remat's second forward pass) leaves out only the
+        # element-wise work (norms, softmax, RoPE, the optimizer), under 2%.
+        self.assertAlmostEqual(row["xla_flops"] / row["expected_compiled_flops"], 1.0, delta=0.02)
+        # Bytes: the planner is a formula, not a simulation of XLA's buffer
+        # assignment; within 15% of XLA's per-chip total it sizes runs safely
+        # under the 90% HBM limit (tools/common/machines.py).
+        self.assertAlmostEqual(row["planner_bytes"] / row["per_chip_bytes"], 1.0, delta=0.15)
+        self.assertGreater(row["optimal_seconds"], 0)
+        self.assertGreater(row["predicted_mfu"], 0)
+
+    def test_the_scan_body_is_counted_once(self):
+        # compile_row multiplies XLA's counts by the accumulation steps: true
+        # only while XLA counts a loop's body once. A change of XLA fails here.
+        config = v5p8.get_config()
+        costs = []
+        for accumulation in (1, 4):
+            setting = dataclasses.replace(aot.Setting.from_config(config), seq_len=256,
+                                          effective_batch=accumulation)
+            lowered, _ = aot.lower_step(small_dims(), config, setting,
+                                        aot.topology_devices(V5P8.topology))
+            costs.append(aot.cost(lowered.compile())["flops"])
+        self.assertAlmostEqual(costs[1] / costs[0], 1.0, delta=0.01)
+
+    def test_tp8_is_refused_before_any_compile(self):
+        config = v5p8.get_config()
+        setting = dataclasses.replace(aot.Setting.from_config(config), fsdp=1, tp=8)
+        with mock.patch.object(aot, "lower_step", side_effect=AssertionError("compiled")):
+            with self.assertRaisesRegex(mesh_plan.MeshError,
+                                        r"tp=8 does not divide the global KV heads \(4\)"):
+                aot.compile_row(real_31b(range(60)), config, setting,
+                                machines.get("tpu-v5p-16"), non_padding_fraction=1.0,
+                                trained_fraction=1.0)
+
+    def test_binary_writes_compile_json_and_compares_with_the_reference(self):
+        with tempfile.TemporaryDirectory() as tmp:
+            base = os.path.join(tmp, "config.json")
+            dims = small_dims()
+            with open(base, "w") as f:
+                json.dump({"text_config": {
+                    "vocab_size": dims.vocab, "hidden_size": dims.embed,
+                    "intermediate_size": dims.mlp, "num_attention_heads": dims.heads,
+                    "head_dim": dims.head_dim, "num_key_value_heads": dims.kv_heads,
+                    "num_global_key_value_heads": dims.global_kv_heads,
+                    "global_head_dim": dims.global_head_dim, "attention_k_eq_v": True,
+                    "layer_types": list(dims.layer_types), "sliding_window": 128}}, f)
+            command = [sys.executable, "-m", "training.tpu.compile", "--config=v5p8.py",
+                       f"--base_config={base}", f"--workdir={tmp}/out", "--compare_reference",
+                       "--config.data.max_seq_len=256", "--config.data.packing=True",
+                       "--config.batch.per_device_size=2",
+                       "--non_padding_fraction=0.95", "--trained_fraction=0.6",
+                       "--reference_non_padding_fraction=0.3",
+                       "--reference_trained_fraction=0.19"]
+            done = subprocess.run(command, capture_output=True, text=True, timeout=600,
+                                  env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+            self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+            with open(os.path.join(tmp, "out", "compile.json")) as f:
+                result = json.load(f)
+            reference, ours = result["rows"]
+            self.assertTrue(reference["reference"])
+            self.assertEqual((reference["micro_batch"], reference["accumulation"]), (1, 8))
+            self.assertEqual((ours["micro_batch"], ours["accumulation"]), (2, 4))
+            for field in ("topology", "mesh", "seq_len", "per_chip_bytes", "hbm_bytes",
+                          "planner_bytes", "xla_flops", "model_flops", "optimal_seconds",
+                          "predicted_tokens_per_s", "predicted_trained_tokens_per_s",
+                          "predicted_mfu", "compile_seconds"):
+                self.assertIn(field, ours)
+            self.assertAlmostEqual(
+                result["trained_tokens_per_s_ratio"],
+                ours["predicted_trained_tokens_per_s"] / reference[
+                    "predicted_trained_tokens_per_s"])
+            self.assertIn("ours / reference", done.stdout)
+
+
+if __name__ == "__main__":
+    absltest.main()

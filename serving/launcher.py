@@ -198,12 +198,36 @@ def parse_adapters(values):
     return adapters
 
 
+def model_context(model):
+    """The model's context length (max_position_embeddings), if its config.json is at hand.
+
+    Local directories and the Hub ids whose config ships with the repository
+    (training/formats/hub_configs); None for other Hub ids (vLLM checks those).
+    """
+    if not (os.path.isdir(model) or model in base_model.HUB_CONFIGS):
+        return None
+    hf_config, _ = base_model.config_only(model)
+    text = hf_config.get("text_config") or hf_config
+    return text.get("max_position_embeddings") or hf_config.get("max_position_embeddings")
+
+
+def check_context(config, model):
+    """Refuses a max_model_len over the model's context before vLLM starts (and dies)."""
+    context = model_context(model)
+    if context and config.max_model_len > context:
+        raise ServerError(
+            f"the serving config's max_model_len ({config.max_model_len}) exceeds the "
+            f"context of {model} ({context} tokens, max_position_embeddings in its "
+            f"config.json): set --config.max_model_len={context} or less")
+
+
 def launch(config, model, adapters, host, port, run_dir, served_model_name=None, echo=True):
     """Starts the server, records what runs (run_dir/server.json), waits until it answers.
 
     Returns (Server, record). The caller stops the server.
     """
     import json  # pylint: disable=import-outside-toplevel
+    check_context(config, model)
     argv, env = command(config, model, adapters, host, port, served_model_name)
     os.makedirs(run_dir, exist_ok=True)
     record = {"machine": config.machine, "model": model, "adapters": adapters,

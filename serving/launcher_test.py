@@ -87,6 +87,30 @@ class CommandTest(absltest.TestCase):
         self.assertNotIn("torch", sys.modules)
 
 
+class ContextTest(absltest.TestCase):
+
+    def test_max_model_len_over_the_model_context_is_refused_before_vllm_starts(self):
+        model = self.create_tempdir().full_path
+        with open(os.path.join(model, "config.json"), "w") as f:
+            json.dump({"architectures": ["Gemma4ForConditionalGeneration"],
+                       "text_config": {"max_position_embeddings": 512}}, f)
+        config = cpu.get_config()  # max_model_len 2048
+        run_dir = self.create_tempdir().full_path
+        with self.assertRaisesRegex(launcher.ServerError,
+                                    r"max_model_len \(2048\) exceeds the context of .* "
+                                    r"\(512 tokens.*--config.max_model_len=512 or less"):
+            launcher.launch(config, model, {}, "127.0.0.1", launcher.free_port(), run_dir)
+        self.assertFalse(os.path.exists(os.path.join(run_dir, "server.log")))  # never started
+        with config.unlocked():
+            config.max_model_len = 512
+        launcher.check_context(config, model)  # at the limit: fine
+
+    def test_shipped_31b_config_allows_the_machine_configs(self):
+        self.assertEqual(launcher.model_context("google/gemma-4-31B-it"), 262144)
+        launcher.check_context(v6e8.get_config(), "google/gemma-4-31B-it")
+        self.assertIsNone(launcher.model_context("someone/unknown-model"))
+
+
 class ServerProcessTest(absltest.TestCase):
 
     def test_death_during_start_up_is_reported_with_the_log(self):

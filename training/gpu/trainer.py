@@ -93,6 +93,50 @@ def check_checkpoints(output_dir, run):
     return last
 
 
+def lora_state_dict(model):
+    """{name: full CPU tensor} of the model's LoRA factors, returned on every rank.
+
+    Under FSDP2 every parameter is a DTensor sharded over the ranks, and
+    gathering one is a collective that all ranks must join in the same order:
+    so every rank calls this (a rank-0-only save waits forever for the
+    others). Only the LoRA factors are gathered; the frozen base never leaves
+    its shards (a full state dict would gather the whole 62 GB onto rank 0).
+    """
+    from torch.distributed.tensor import DTensor  # pylint: disable=import-outside-toplevel
+    factors = {}
+    # remove_duplicate=False: v_proj's lora_A is k_proj's (tie_fused_kv), and
+    # the adapter file holds both names.
+    for name, param in model.named_parameters(remove_duplicate=False):
+        if "lora_" not in name:
+            continue
+        full = param.full_tensor() if isinstance(param, DTensor) else param
+        factors[name] = full.detach().to("cpu", copy=True)
+    return factors
+
+
+def save_adapter(model, out_dir, is_main):
+    """Writes the PEFT adapter of `model` into `out_dir`; every rank must call it."""
+    factors = lora_state_dict(model)
+    if is_main:
+        model.save_pretrained(out_dir, state_dict=factors)
+
+
+class _AdapterCheckpoints(TrainerCallback):
+    """Each FSDP checkpoint also gets the PEFT adapter, gathered from the LoRA shards.
+
+    With SHARDED_STATE_DICT the Trainer's checkpoints hold each rank's shards
+    (for resuming) but no adapter files: this writes them, so that checkpoints
+    stay readable by check_checkpoints, export and PEFT.
+    """
+
+    def __init__(self, is_main):
+        self._is_main = is_main
+
+    def on_save(self, args, state, control, model=None, **kwargs):
+        out_dir = os.path.join(args.output_dir, f"checkpoint-{state.global_step}")
+        save_adapter(model, out_dir, self._is_main)
+
+
 class _RunCallback(TrainerCallback):
     """Metrics with the TPU stack's names (metrics.jsonl + TensorBoard), and SIGTERM."""
 
@@ -169,6 +213,8 @@ def train(config, workdir):
                              run.prepared.sequences),
                          data_collator=views.collate, processing_class=run.tokenizer,
                          callbacks=[callback])
+    if trainer.is_fsdp_enabled:  # on accelerators only (see training_args)
+        trainer.add_callback(_AdapterCheckpoints(is_main=rank == 0))
     if rank == 0:
         lifecycle.write_run_info(
             run, devices=processes, processes=processes,
@@ -179,8 +225,8 @@ def train(config, workdir):
     trainer.train(resume_from_checkpoint=resume)
     if callback.preemption.requested:
         log.warning("SIGTERM: saved a checkpoint at step %d, exiting", trainer.state.global_step)
-    elif rank == 0:
-        trainer.save_model(os.path.join(workdir, ADAPTER))
+    else:  # every rank: the LoRA shards are gathered collectively
+        save_adapter(trainer.model, os.path.join(workdir, ADAPTER), is_main=rank == 0)
     return trainer.state.global_step
 
 
@@ -200,9 +246,13 @@ def training_args(config, output_dir, processes, accumulation, total_steps, on_g
     fsdp = use_fsdp(config, processes)
     fsdp_args = {}
     if fsdp:
+        # Checkpoints keep each rank's shards (only the adapter's, for a PEFT
+        # model) instead of gathering a full state dict onto rank 0;
+        # _AdapterCheckpoints adds the PEFT adapter files.
         fsdp_args = dict(fsdp=True, fsdp_config={
             "version": 2, "transformer_layer_cls_to_wrap": ["Gemma4TextDecoderLayer"],
-            "activation_checkpointing": bool(config.remat), "reshard_after_forward": True})
+            "activation_checkpointing": bool(config.remat), "reshard_after_forward": True,
+            "state_dict_type": "SHARDED_STATE_DICT"})
     return SFTConfig(
         output_dir=output_dir, per_device_train_batch_size=config.batch.per_device_size,
         gradient_accumulation_steps=accumulation, max_steps=total_steps,

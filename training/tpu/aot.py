@@ -22,6 +22,7 @@ project probes for TPU hardware: `use_libtpu` points JAX at it
 """
 
 import dataclasses
+import gc
 import glob
 import logging
 import os
@@ -188,17 +189,20 @@ def planner_bytes(dims, config, setting):
         remat=setting.remat)["total"]
 
 
-def compile_row(dims, config, setting, machine, *, non_padding_fraction, trained_fraction):
-    """Compiles the step of `setting` for `machine`'s topology; the row of compile.json."""
+def compile_step(dims, config, setting, machine):
+    """Compiles the step of `setting` for `machine`'s topology: what XLA measured.
+
+    Everything that can be refused without compiling (the batch split, the
+    mesh) is refused first.
+    """
     if not machine.topology:
         raise AotError(f"machine {machine.name!r} has no TPU topology to compile for "
                        "(tools/common/machines.py)")
     hparams.gradient_accumulation_steps(types.SimpleNamespace(
         effective_size=setting.effective_batch, per_device_size=setting.per_device_batch),
         setting.fsdp)
-    mesh_shape = mesh_plan.Mesh(setting.fsdp, setting.tp)
-    # An impossible mesh is refused here, before minutes of compiling.
-    mesh_plan.check(mesh_shape, dims, machine.chips, setting.micro_batch)
+    mesh_plan.check(mesh_plan.Mesh(setting.fsdp, setting.tp), dims, machine.chips,
+                    setting.micro_batch)
     devices = topology_devices(machine.topology)
     if len(devices) != machine.chips:
         raise AotError(f"topology {machine.topology} has {len(devices)} chips, the machine "
@@ -208,12 +212,27 @@ def compile_row(dims, config, setting, machine, *, non_padding_fraction, trained
     compiled = lowered.compile()
     seconds = time.time() - started
     memory = compiled.memory_analysis()
-    per_chip = (memory.argument_size_in_bytes + memory.output_size_in_bytes
-                - memory.alias_size_in_bytes + memory.temp_size_in_bytes)
     counted = cost(compiled)
+    del compiled, lowered  # a 60-layer executable holds GBs of host memory
+    gc.collect()
     steps = setting.accumulation  # the scan body is counted once (module docstring)
-    xla_flops = counted.get("flops", 0.0) * steps * machine.chips
-    step_seconds = counted.get("optimal_seconds", 0.0) * steps
+    return {
+        "memory": {"argument": memory.argument_size_in_bytes,
+                   "output": memory.output_size_in_bytes, "alias": memory.alias_size_in_bytes,
+                   "temp": memory.temp_size_in_bytes},
+        "xla_flops": counted.get("flops", 0.0) * steps * machine.chips,
+        "xla_bytes_accessed": counted.get("bytes accessed", 0.0) * steps * machine.chips,
+        "optimal_seconds": counted.get("optimal_seconds", 0.0) * steps,
+        "compile_seconds": seconds,
+    }
+
+
+def row(dims, config, setting, machine, measured, *, non_padding_fraction, trained_fraction):
+    """The row of compile.json: XLA's figures against the planner, flops.py and HBM,
+    and the throughput they predict for data with these token fractions."""
+    memory = measured["memory"]
+    per_chip = memory["argument"] + memory["output"] - memory["alias"] + memory["temp"]
+    step_seconds = measured["optimal_seconds"]
     modules = gemma4_map.tunix_lora_modules(config.lora.target_modules)
     positions = setting.effective_batch * setting.seq_len  # token slots per optimizer step
     per_token = flops_lib.flops_per_token(dims, setting.seq_len, config.lora.rank, modules)
@@ -226,17 +245,15 @@ def compile_row(dims, config, setting, machine, *, non_padding_fraction, trained
         "layers": dims.num_layers,
         "mesh": {"fsdp": setting.fsdp, "tp": setting.tp}, "seq_len": setting.seq_len,
         "micro_batch": setting.micro_batch, "accumulation": setting.accumulation,
-        "examples_per_step": setting.effective_batch, "remat": setting.remat,
+        "sequences_per_step": setting.effective_batch, "remat": setting.remat,
         "per_chip_bytes": per_chip, "hbm_bytes": hbm,
         "hbm_fraction": per_chip / hbm if hbm else None, "fits": per_chip <= HBM_LIMIT * hbm,
-        "memory": {"argument": memory.argument_size_in_bytes,
-                   "output": memory.output_size_in_bytes, "alias": memory.alias_size_in_bytes,
-                   "temp": memory.temp_size_in_bytes},
+        "memory": memory,
         "planner_bytes": planner_bytes(dims, config, setting),
-        "xla_flops": xla_flops,
+        "xla_flops": measured["xla_flops"],
         "expected_compiled_flops": compiled_per_token * positions,
         "model_flops": per_token * positions * non_padding_fraction,
-        "xla_bytes_accessed": counted.get("bytes accessed", 0.0) * steps * machine.chips,
+        "xla_bytes_accessed": measured["xla_bytes_accessed"],
         "optimal_seconds": step_seconds,
         "non_padding_fraction": non_padding_fraction, "trained_fraction": trained_fraction,
         "trained_tokens_per_step": positions * trained_fraction,
@@ -247,8 +264,14 @@ def compile_row(dims, config, setting, machine, *, non_padding_fraction, trained
                                         machine.peak_flops_per_chip)
                           if tokens_per_s else None),
         "analytic_kernels": [],  # Pallas kernels XLA cannot see into (none in this step)
-        "compile_seconds": seconds,
+        "compile_seconds": measured["compile_seconds"],
     }
+
+
+def compile_row(dims, config, setting, machine, *, non_padding_fraction, trained_fraction):
+    """compile_step, then its row."""
+    return row(dims, config, setting, machine, compile_step(dims, config, setting, machine),
+               non_padding_fraction=non_padding_fraction, trained_fraction=trained_fraction)
 
 
 GIB = 2**30

@@ -32,6 +32,7 @@ from tools.common import cli
 from tools.common import config_cli
 from training.formats import adapter as adapter_lib
 from training.formats import base_model
+from training.formats import gemma4_map
 
 _API_MODULE = "vllm.entrypoints.openai.api_server"
 
@@ -211,6 +212,20 @@ def model_context(model):
     return text.get("max_position_embeddings") or hf_config.get("max_position_embeddings")
 
 
+def vllm_adapters(model, adapters, run_dir):
+    """{name: directory vLLM loads}: each adapter, with v_proj copies of its k_proj
+    factors on K = V layers where it lacks them (adapter.kv_shared_copies), in
+    run_dir/vllm_adapters/NAME. Needs the base's config.json at hand (see
+    model_context); otherwise adapters are served as they are.
+    """
+    if not adapters or not (os.path.isdir(model) or model in base_model.HUB_CONFIGS):
+        return dict(adapters)
+    dims = gemma4_map.Dims.from_hf_config(base_model.config_only(model)[0])
+    return {name: adapter_lib.write_for_vllm(path, os.path.join(run_dir, "vllm_adapters", name),
+                                             dims)
+            for name, path in adapters.items()}
+
+
 def check_context(config, model):
     """Refuses a max_model_len over the model's context before vLLM starts (and dies)."""
     context = model_context(model)
@@ -228,9 +243,11 @@ def launch(config, model, adapters, host, port, run_dir, served_model_name=None,
     """
     import json  # pylint: disable=import-outside-toplevel
     check_context(config, model)
-    argv, env = command(config, model, adapters, host, port, served_model_name)
     os.makedirs(run_dir, exist_ok=True)
+    served = vllm_adapters(model, adapters, run_dir)
+    argv, env = command(config, model, served, host, port, served_model_name)
     record = {"machine": config.machine, "model": model, "adapters": adapters,
+              "served_adapters": served,
               "base_url": f"http://{host}:{port}", "command": printable(argv, env),
               "settings": config.to_dict(),
               "dollars_per_hour": server_config.dollars_per_hour(config)}

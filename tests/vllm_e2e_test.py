@@ -15,21 +15,71 @@ import threading
 import time
 import urllib.request
 
+import numpy as np
 import torch
 import transformers
 from absl.testing import absltest
 from peft import LoraConfig
+from peft import PeftModel
 from peft import get_peft_model
+from safetensors.numpy import save_file
 
 from data import tokenizer as tokenizer_lib
 from serving import launcher
 from serving import sweep
 from serving.bench import ENTRY
 from serving.configs import cpu
+from training.formats import adapter as adapter_lib
 from training.formats import tiny_model
 
 PROMPT = [{"role": "user", "content": "Write a 2-to-1 multiplexer in Verilog."}]
 EVAL_PROBLEMS = ["Prob001_zero", "Prob005_notgate", "Prob007_wire"]
+TEXT = "module mux2(input a, input b, input sel, output y); assign y = sel ? b : a; endmodule"
+TOLERANCE = 1e-3  # float32 log-probs of a tiny model: vLLM vs transformers + PEFT
+
+
+def _only_kv_layer(adapter_dir, out_dir):
+    """A copy of the adapter with every lora_B zero but the first K = V layer's k_proj."""
+    factors, config = adapter_lib.read(adapter_dir)
+    with open(os.path.join(adapter_dir, "adapter_config.json")) as f:
+        raw_config = f.read()
+    layer = tiny_model.TINY_CONFIG["num_hidden_layers"] - 1  # the global layer
+    keep = f".layers.{layer}.self_attn.k_proj.lora_B."
+    crafted = {k: (v if ".lora_A." in k or keep in k else np.zeros_like(v))
+               for k, v in factors.items()}
+    assert any(keep in k for k in crafted), sorted(crafted)[:5]
+    assert not any(f".layers.{layer}.self_attn.v_proj." in k for k in crafted), config
+    os.makedirs(out_dir)
+    with open(os.path.join(out_dir, "adapter_config.json"), "w") as f:
+        f.write(raw_config)
+    save_file(crafted, os.path.join(out_dir, "adapter_model.safetensors"),
+              metadata={"format": "pt"})
+    return out_dir
+
+
+def _logprobs(model, token_ids):
+    """log p(token i | tokens < i) for i >= 1, by transformers."""
+    with torch.no_grad():
+        logits = model(torch.tensor([token_ids])).logits[0, :-1].float()
+    picked = torch.log_softmax(logits, -1).gather(1, torch.tensor(token_ids[1:])[:, None])
+    return picked[:, 0].tolist()
+
+
+def _served_logprobs(base_url, model, token_ids):
+    """The same, from vLLM's prompt_logprobs."""
+    request = urllib.request.Request(
+        f"{base_url}/v1/completions", method="POST",
+        headers={"Content-Type": "application/json"},
+        data=json.dumps({"model": model, "prompt": token_ids, "max_tokens": 1,
+                         "temperature": 0.0, "prompt_logprobs": 1}).encode())
+    with urllib.request.urlopen(request, timeout=120) as response:
+        entries = json.load(response)["choices"][0]["prompt_logprobs"]
+    return [entry[str(token)]["logprob"] for entry, token in zip(entries[1:], token_ids[1:])]
+
+
+def _max_gap(a, b):
+    assert len(a) == len(b), (len(a), len(b))
+    return max(abs(x - y) for x, y in zip(a, b))
 
 
 def _chat(base_url, model):
@@ -77,13 +127,26 @@ class VllmEndToEndTest(absltest.TestCase):
                     param.normal_(0.0, 0.5)
         cls.adapter = os.path.join(tmp, "adapter")
         peft_model.save_pretrained(cls.adapter)
+        # A crafted adapter whose only non-zero factor is a K = V global layer's k_proj.
+        cls.kv_adapter = _only_kv_layer(cls.adapter, os.path.join(tmp, "kv-adapter"))
+        cls.token_ids = tokenizer(TEXT)["input_ids"]
+        cls.transformers_logprobs = {"codev": _logprobs(peft_model, cls.token_ids)}
+        with peft_model.disable_adapter():
+            cls.transformers_logprobs["base"] = _logprobs(peft_model, cls.token_ids)
+        kv_model = PeftModel.from_pretrained(
+            transformers.AutoModelForCausalLM.from_pretrained(cls.base, dtype=torch.float32),
+            cls.kv_adapter)
+        cls.transformers_logprobs["kv"] = _logprobs(kv_model, cls.token_ids)
         cls.merged = os.path.join(tmp, "merged")
         peft_model.merge_and_unload().save_pretrained(cls.merged)
         tokenizer.save_pretrained(cls.merged)
         cls.config = cpu.get_config()
+        # float32: bf16 rounding (~1e-2 in log-probs) would hide what test_1b checks.
+        cls.config.dtype = "float32"
+        cls.vllm_logprobs = {}
         cls.server, cls.record = launcher.launch(
-            cls.config, cls.base, {"codev": cls.adapter}, "127.0.0.1", launcher.free_port(),
-            os.path.join(tmp, "serve-lora"), echo=False)
+            cls.config, cls.base, {"codev": cls.adapter, "kv": cls.kv_adapter}, "127.0.0.1",
+            launcher.free_port(), os.path.join(tmp, "serve-lora"), echo=False)
 
     @classmethod
     def tearDownClass(cls):
@@ -107,7 +170,22 @@ class VllmEndToEndTest(absltest.TestCase):
         with open(os.path.join(self.tmp, "serve-lora", "server.json")) as f:
             recorded = json.load(f)
         self.assertIn("--enable-lora", recorded["command"])
-        self.assertEqual(recorded["adapters"], {"codev": self.adapter})
+        self.assertEqual(recorded["adapters"], {"codev": self.adapter, "kv": self.kv_adapter})
+
+    def test_1b_served_equals_trained_on_k_eq_v_layers(self):
+        # vLLM copies K's weight into V's slot on K = V layers but applies LoRA
+        # per slice: the launcher serves v_proj copies of k_proj's factors there.
+        url = self.record["base_url"]
+        for name in ("codev", "kv"):
+            self.vllm_logprobs[name] = _served_logprobs(url, name, self.token_ids)
+        self.vllm_logprobs["base"] = _served_logprobs(url, self.base, self.token_ids)
+        gaps = {name: _max_gap(self.vllm_logprobs[name], self.transformers_logprobs[name])
+                for name in ("base", "codev", "kv")}
+        base_gap = _max_gap(self.vllm_logprobs["base"], self.vllm_logprobs["kv"])
+        print(json.dumps({"vllm_vs_transformers": gaps, "base_vs_kv_adapter": base_gap}))
+        for name, gap in gaps.items():
+            self.assertLess(gap, TOLERANCE, name)
+        self.assertGreater(base_gap, 100 * TOLERANCE)  # the K = V layer's LoRA matters
 
     def test_2_sweep_records_everything(self):
         out = os.path.join(self.tmp, "sweep")
@@ -181,8 +259,12 @@ class VllmEndToEndTest(absltest.TestCase):
                                          os.path.join(self.tmp, "serve-merged"), echo=False)
         try:
             self.assertTrue(_chat(record["base_url"], self.merged))
+            merged = _served_logprobs(record["base_url"], self.merged, self.token_ids)
         finally:
             server.stop()
+        self.assertIn("codev", self.vllm_logprobs, "test_1b must run first")
+        self.assertLess(_max_gap(merged, self.vllm_logprobs["codev"]), TOLERANCE)
+        self.assertLess(_max_gap(merged, self.transformers_logprobs["codev"]), TOLERANCE)
 
     def test_5_server_death_mid_sweep_keeps_partial_results(self):
         out = os.path.join(self.tmp, "dying")

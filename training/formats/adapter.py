@@ -6,6 +6,7 @@ and vLLM read (r, lora_alpha, target_modules, base model, task type).
 
 import json
 import os
+import re
 
 import numpy as np
 from safetensors.numpy import load_file
@@ -71,3 +72,50 @@ def read(adapter_dir):
         raise AdapterError(f"{os.path.join(adapter_dir, CONFIG)} says r={config['r']} but "
                            f"{WEIGHTS} has lora_A ranks {sorted(ranks)}")
     return {k: v.astype(np.float32) for k, v in factors.items()}, config
+
+
+_K_PROJ = re.compile(r"^(?P<head>.*\.layers\.(?P<layer>\d+)\.self_attn\.)k_proj\."
+                     r"(?P<tail>lora_[AB]\.weight)$")
+
+
+def kv_shared_copies(factors, dims):
+    """v_proj factors equal to k_proj's on the layers where V is K (K = V global layers).
+
+    In transformers these layers have no v_proj: V is K's projection, so a
+    k_proj LoRA changes both. vLLM packs q/k/v into one qkv_proj and copies K's
+    weight into V's slot, but applies LoRA slice by slice: without a v_proj
+    factor its V misses the delta and it serves another model than was trained.
+    """
+    copies = {}
+    for name, value in factors.items():
+        match = _K_PROJ.match(name)
+        if not match or not dims.attention(int(match["layer"]))[2]:
+            continue
+        v_name = f"{match['head']}v_proj.{match['tail']}"
+        if v_name not in factors:
+            copies[v_name] = value
+    return copies
+
+
+def write_for_vllm(adapter_dir, out_dir, dims):
+    """The adapter as vLLM must load it (kv_shared_copies added), in `out_dir`; returns
+    the directory to serve: `adapter_dir` itself when nothing needs adding.
+
+    The adapter written by export and the trainers stays PEFT's: PEFT refuses
+    factors for modules the model does not have.
+    """
+    factors, config = read(adapter_dir)
+    copies = kv_shared_copies(factors, dims)
+    if not copies:
+        return adapter_dir
+    targets = config.get("target_modules")
+    if isinstance(targets, list) and "v_proj" not in targets:
+        config["target_modules"] = sorted(targets + ["v_proj"])
+    elif isinstance(targets, str) and "v_proj" not in targets:
+        config["target_modules"] = targets.replace("k_proj", "k_proj|v_proj")
+    os.makedirs(out_dir, exist_ok=True)
+    with open(os.path.join(out_dir, CONFIG), "w") as f:
+        json.dump(config, f, indent=2)
+    save_file({k: np.ascontiguousarray(v) for k, v in {**factors, **copies}.items()},
+              os.path.join(out_dir, WEIGHTS), metadata={"format": "pt"})
+    return out_dir

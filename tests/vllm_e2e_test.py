@@ -204,7 +204,7 @@ class VllmEndToEndTest(absltest.TestCase):
         with open(os.path.join(out, "points", "in32_rate4.json")) as f:
             record = json.load(f)["record"]
         self.assertEqual(record["machine"], "cpu")
-        self.assertEqual(record["adapters"], {"codev": self.adapter})
+        self.assertEqual(record["adapters"], {"codev": self.adapter, "kv": self.kv_adapter})
         self.assertTrue(record["vllm_version"])
         self.assertEqual(record["settings"]["max_model_len"], 2048)
         self.assertIsNotNone(summary["input_lengths"]["32"]["dollars_per_million_output_tokens"])

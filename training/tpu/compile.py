@@ -16,8 +16,9 @@ Token fractions: a step holds examples x seq_len token positions, of which a
 fraction are data (not padding) and a smaller fraction are trained (loss-masked
 in). They come from the config's data, tokenized with the base's tokenizer,
 unless given with --non_padding_fraction / --trained_fraction.
---compare_reference also compiles the reference recipe's step (tp=4,
-micro-batch 1 x 8, rows padded to the sequence length) and prints the ratio.
+--compare_reference also compiles the reference recipe's step on the same
+machine (tp=4 and fsdp over the other chips, one row per replica, 8 rows per
+step padded to the sequence length) and prints the ratio.
 """
 
 import dataclasses
@@ -87,10 +88,11 @@ def _fractions(config, base_name, packing, non_padding, trained):
     return measured_fractions(config, base_name, packing)
 
 
-def reference_setting(setting):
-    """The reference's step at the same sequence length: tp=4, 1 x 8, padded rows."""
-    return dataclasses.replace(setting, fsdp=1, tp=4, per_device_batch=1, effective_batch=8,
-                               remat=True)
+def reference_setting(setting, chips):
+    """The reference's step at the same sequence length, on `chips` chips: tp=4 (fsdp
+    over the rest), one row per replica, 8 padded rows per step."""
+    return dataclasses.replace(setting, fsdp=max(1, chips // 4), tp=4, per_device_batch=1,
+                               effective_batch=8, remat=True)
 
 
 def main(argv):
@@ -127,8 +129,8 @@ def main(argv):
     rows = []
     plans = [(setting, config.data.packing, _NON_PADDING.value, _TRAINED.value, False)]
     if _COMPARE.value:
-        plans.insert(0, (reference_setting(setting), False, _REF_NON_PADDING.value,
-                         _REF_TRAINED.value, True))
+        plans.insert(0, (reference_setting(setting, machine.chips), False,
+                         _REF_NON_PADDING.value, _REF_TRAINED.value, True))
     measured = {}  # setting -> what XLA measured: padded and packed rows compile alike
     for plan_setting, packing, non_padding, trained, is_reference in plans:
         non_padding, trained = _fractions(config, tokenizer_source, packing, non_padding,

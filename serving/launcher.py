@@ -199,36 +199,40 @@ def parse_adapters(values):
     return adapters
 
 
-def model_context(model):
-    """The model's context length (max_position_embeddings), if its config.json is at hand.
-
-    Local directories and the Hub ids whose config ships with the repository
-    (training/formats/hub_configs); None for other Hub ids (vLLM checks those).
-    """
+def model_config(model):
+    """The model's config.json as a dict, if it is at hand: local directories and the
+    Hub ids whose config ships with the repository (training/formats/hub_configs);
+    None for other Hub ids (vLLM reads those itself)."""
     if not (os.path.isdir(model) or model in base_model.HUB_CONFIGS):
         return None
-    hf_config, _ = base_model.config_only(model)
+    return base_model.config_only(model)[0]
+
+
+def model_context(hf_config):
+    """max_position_embeddings of a config.json dict (None: unknown)."""
+    if not hf_config:
+        return None
     text = hf_config.get("text_config") or hf_config
     return text.get("max_position_embeddings") or hf_config.get("max_position_embeddings")
 
 
-def vllm_adapters(model, adapters, run_dir):
+def vllm_adapters(hf_config, adapters, run_dir):
     """{name: directory vLLM loads}: each adapter, with v_proj copies of its k_proj
     factors on K = V layers where it lacks them (adapter.kv_shared_copies), in
-    run_dir/vllm_adapters/NAME. Needs the base's config.json at hand (see
-    model_context); otherwise adapters are served as they are.
+    run_dir/vllm_adapters/NAME. Without the base's config (model_config) the
+    adapters are served as they are.
     """
-    if not adapters or not (os.path.isdir(model) or model in base_model.HUB_CONFIGS):
+    if not adapters or not hf_config:
         return dict(adapters)
-    dims = gemma4_map.Dims.from_hf_config(base_model.config_only(model)[0])
+    dims = gemma4_map.Dims.from_hf_config(hf_config)
     return {name: adapter_lib.write_for_vllm(path, os.path.join(run_dir, "vllm_adapters", name),
                                              dims)
             for name, path in adapters.items()}
 
 
-def check_context(config, model):
+def check_context(config, model, hf_config):
     """Refuses a max_model_len over the model's context before vLLM starts (and dies)."""
-    context = model_context(model)
+    context = model_context(hf_config)
     if context and config.max_model_len > context:
         raise ServerError(
             f"the serving config's max_model_len ({config.max_model_len}) exceeds the "
@@ -242,9 +246,10 @@ def launch(config, model, adapters, host, port, run_dir, served_model_name=None,
     Returns (Server, record). The caller stops the server.
     """
     import json  # pylint: disable=import-outside-toplevel
-    check_context(config, model)
+    hf_config = model_config(model)
+    check_context(config, model, hf_config)
     os.makedirs(run_dir, exist_ok=True)
-    served = vllm_adapters(model, adapters, run_dir)
+    served = vllm_adapters(hf_config, adapters, run_dir)
     argv, env = command(config, model, served, host, port, served_model_name)
     record = {"machine": config.machine, "model": model, "adapters": adapters,
               "served_adapters": served,

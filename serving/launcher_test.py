@@ -103,12 +103,13 @@ class ContextTest(absltest.TestCase):
         self.assertFalse(os.path.exists(os.path.join(run_dir, "server.log")))  # never started
         with config.unlocked():
             config.max_model_len = 512
-        launcher.check_context(config, model)  # at the limit: fine
+        launcher.check_context(config, model, launcher.model_config(model))  # at the limit
 
     def test_shipped_31b_config_allows_the_machine_configs(self):
-        self.assertEqual(launcher.model_context("google/gemma-4-31B-it"), 262144)
-        launcher.check_context(v6e8.get_config(), "google/gemma-4-31B-it")
-        self.assertIsNone(launcher.model_context("someone/unknown-model"))
+        hf_config = launcher.model_config("google/gemma-4-31B-it")
+        self.assertEqual(launcher.model_context(hf_config), 262144)
+        launcher.check_context(v6e8.get_config(), "google/gemma-4-31B-it", hf_config)
+        self.assertIsNone(launcher.model_context(launcher.model_config("someone/unknown-model")))
 
 
 class ServerProcessTest(absltest.TestCase):

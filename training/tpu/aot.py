@@ -24,25 +24,21 @@ project probes for TPU hardware: `use_libtpu` points JAX at it
 import dataclasses
 import gc
 import glob
-import logging
 import os
 import time
 import types
 
+from data import packing
 from tools.common import cli
 from training.common import flops as flops_lib
 from training.common import hparams
 from training.formats import gemma4_map
 from training.tpu import mesh_plan
 
-log = logging.getLogger("training.tpu.aot")
-
 LIBTPU_SITE_ENV = "G4_LIBTPU_SITE"
 _DEFAULT_SITE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))), ".venvs", "train_tpu")
-_BYTES = {"bfloat16": 2, "float32": 4}
 HBM_LIMIT = 0.9  # of each chip's HBM: the most a step may use
-FIELDS = ("input_ids", "loss_mask", "segment_ids", "positions")  # data/packing.py
 
 
 class AotError(cli.UserError):
@@ -128,7 +124,7 @@ def _shape_structs(tree, shardings):
 
 
 def lower_step(dims, config, setting, devices):
-    """The step `sft` runs, lowered for `devices` with abstract inputs; (lowered, mesh)."""
+    """The step `sft` runs, lowered for `devices` with abstract inputs."""
     import jax  # pylint: disable=import-outside-toplevel
     import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
     import numpy as np  # pylint: disable=import-outside-toplevel
@@ -160,16 +156,15 @@ def lower_step(dims, config, setting, devices):
     batch_sharding = NamedSharding(mesh, P(None, "fsdp", None))
     batch_shape = (setting.accumulation, setting.micro_batch, setting.seq_len)
     batch = {name: jax.ShapeDtypeStruct(batch_shape, jnp.int32, sharding=batch_sharding)
-             for name in FIELDS}
+             for name in packing.FIELDS}
     key = jax.eval_shape(lambda: jax.random.key(0))
     step = train_step.make_step(graphdef, optimizer, lora_shardings=lora_shardings,
                                 opt_shardings=opt_shardings, batch_sharding=batch_sharding)
-    lowered = step.train.lower(
+    return step.train.lower(
         lora, _shape_structs(opt_state, opt_shardings), _shape_structs(base, base_shardings),
         jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
                      rngs),
         batch, jax.ShapeDtypeStruct(key.shape, key.dtype, sharding=replicated))
-    return lowered, mesh
 
 
 def cost(compiled):
@@ -181,12 +176,9 @@ def cost(compiled):
 
 
 def planner_bytes(dims, config, setting):
-    return mesh_plan.hbm_estimate(
-        dims, mesh_plan.Mesh(setting.fsdp, setting.tp), seq_len=setting.seq_len,
-        micro_batch=setting.micro_batch, base_bytes=_BYTES[config.model.dtype],
-        lora_rank=config.lora.rank,
-        tunix_modules=gemma4_map.tunix_lora_modules(config.lora.target_modules),
-        remat=setting.remat)["total"]
+    return mesh_plan.config_estimate(
+        dims, config, mesh_plan.Mesh(setting.fsdp, setting.tp), seq_len=setting.seq_len,
+        micro_batch=setting.micro_batch, remat=setting.remat)["total"]
 
 
 def compile_step(dims, config, setting, machine):
@@ -208,7 +200,7 @@ def compile_step(dims, config, setting, machine):
         raise AotError(f"topology {machine.topology} has {len(devices)} chips, the machine "
                        f"table says {machine.chips} for {machine.name}")
     started = time.time()
-    lowered, _ = lower_step(dims, config, setting, devices)
+    lowered = lower_step(dims, config, setting, devices)
     compiled = lowered.compile()
     seconds = time.time() - started
     memory = compiled.memory_analysis()

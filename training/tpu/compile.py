@@ -65,6 +65,7 @@ class CompileError(cli.UserError):
 def measured_fractions(config, base_name, packing):
     """(non-padding, trained) shares of token positions of the config's data."""
     from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
+    from data import packing as packing_lib  # pylint: disable=import-outside-toplevel
     from data import pipeline  # pylint: disable=import-outside-toplevel
     data_config = config.data.copy_and_resolve_references()
     with data_config.unlocked():
@@ -77,9 +78,8 @@ def measured_fractions(config, base_name, packing):
                            "--trained_fraction (and --reference_* with "
                            "--compare_reference)") from e
     sequences = pipeline.prepare(data_config, tokenizer).sequences
-    positions = sequences["segment_ids"].size
-    trained = float(sequences["loss_mask"][:, 1:].sum())
-    return float((sequences["segment_ids"] > 0).sum()) / positions, trained / positions
+    trained = float(sequences["loss_mask"][:, 1:].sum()) / sequences["loss_mask"].size
+    return packing_lib.non_padding_fraction(sequences), trained
 
 
 def _fractions(config, base_name, packing, non_padding, trained):

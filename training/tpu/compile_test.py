@@ -82,7 +82,7 @@ class CompileTest(absltest.TestCase):
         for accumulation in (1, 4):
             setting = dataclasses.replace(aot.Setting.from_config(config), seq_len=256,
                                           effective_batch=accumulation)
-            lowered, _ = aot.lower_step(small_dims(), config, setting,
+            lowered = aot.lower_step(small_dims(), config, setting,
                                         aot.topology_devices(V5P8.topology))
             costs.append(aot.cost(lowered.compile())["flops"])
         self.assertAlmostEqual(costs[1] / costs[0], 1.0, delta=0.01)

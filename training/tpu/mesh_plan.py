@@ -12,6 +12,7 @@ at once, naming the dimension and listing the meshes that would work.
 import dataclasses
 
 from tools.common import cli
+from training.formats import gemma4_map
 from training.common.flops import lora_parameter_count
 from training.common.flops import parameter_count
 
@@ -115,6 +116,17 @@ def hbm_estimate(dims, mesh, *, seq_len, micro_batch, base_bytes, lora_rank, tun
     }
     parts["total"] = sum(parts.values())
     return parts
+
+
+BYTES = {"bfloat16": 2, "float32": 4}
+
+
+def config_estimate(dims, config, mesh, *, seq_len, micro_batch, remat):
+    """hbm_estimate for a TPU training config's dtype and LoRA."""
+    return hbm_estimate(
+        dims, mesh, seq_len=seq_len, micro_batch=micro_batch,
+        base_bytes=BYTES[config.model.dtype], lora_rank=config.lora.rank,
+        tunix_modules=gemma4_map.tunix_lora_modules(config.lora.target_modules), remat=remat)
 
 
 def format_estimate(parts, hbm_bytes=None):

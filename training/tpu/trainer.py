@@ -22,7 +22,6 @@ from jax.sharding import PartitionSpec as P
 from data import views
 from training.common import lifecycle
 from training.common import run_dir as run_dir_lib
-from training.formats import gemma4_map
 from training.formats import orbax_lora
 from training.tpu import checkpoints as checkpoints_lib
 from training.tpu import mesh_plan
@@ -32,7 +31,6 @@ from training.tpu import sharding
 from training.tpu import train_step
 
 log = logging.getLogger("training.tpu")
-_BYTES = {"bfloat16": 2, "float32": 4}
 
 
 def setup_devices(config):
@@ -68,10 +66,8 @@ def plan(run, num_devices):
     mesh = mesh_plan.Mesh(config.mesh.fsdp, config.mesh.tp)
     micro_batch = config.batch.per_device_size * mesh.fsdp
     mesh_plan.check(mesh, run.dims, num_devices, micro_batch)
-    estimate = mesh_plan.hbm_estimate(
-        run.dims, mesh, seq_len=config.data.max_seq_len, micro_batch=micro_batch,
-        base_bytes=_BYTES[config.model.dtype], lora_rank=config.lora.rank,
-        tunix_modules=gemma4_map.tunix_lora_modules(config.lora.target_modules),
+    estimate = mesh_plan.config_estimate(
+        run.dims, config, mesh, seq_len=config.data.max_seq_len, micro_batch=micro_batch,
         remat=config.remat)
     hbm = run.machine.hbm_bytes_per_chip
     log.info("mesh (fsdp=%d, tp=%d), micro-batch %d x %d accumulation steps; HBM estimate "

@@ -1,16 +1,22 @@
 """Chat rendering with the tokenizer's own template, and loss masks derived from it.
 
-The template is rendered once with every assistant message replaced by a unique
-sentinel. What lies between the sentinels is the template's own text (turn
-markers, system and user turns); where a sentinel was is the assistant content.
-So the masks follow whatever template the tokenizer carries (Gemma 4, Gemma 3,
-ChatML, ...), with no turn markers written here:
+A conversation trains its last assistant message, in exactly the context a
+server gives the model when it asks for that message:
 
+  * the prompt is the template's rendering of the messages before it with
+    `add_generation_prompt` and the encoder's template arguments (thinking on
+    or off), tokenized as a server tokenizes a rendered prompt. Earlier
+    assistant turns are part of it, as the template renders history. Google's
+    Gemma 4 template needs this: its generation prompt with thinking off ends
+    in an empty thought block (`<|channel>thought\n<channel|>`) that a rendered
+    past model turn does not have, so rendering the whole conversation would
+    train the model after a prompt no server ever sends;
   * trained: the assistant content, and the template text after it up to and
     including the first special token, the end of the turn (`<turn|>`,
-    `<end_of_turn>`, `<|im_end|>`, ...), which teaches the model to stop;
-  * never trained: everything else (BOS, system and user turns, the generation
-    prompt, the newline after the end-of-turn token).
+    `<end_of_turn>`, `<|im_end|>`, ...), which teaches the model to stop. That
+    text is found by rendering the whole conversation with the content
+    replaced by a sentinel, so no turn marker is written here;
+  * never trained: the prompt, and what follows the end-of-turn token.
 
 Each piece is tokenized on its own: the prompt exactly as a server tokenizes the
 rendered prompt, the content as the model generates it after that prompt.
@@ -52,31 +58,21 @@ class ChatEncoder:
         self._special_ids = frozenset(tokenizer.all_special_ids)
 
     def render_pieces(self, messages):
-        """[(text, is_assistant_content)] in order; template text and contents alternate."""
-        contents = []
-        masked = []
-        for message in messages:
-            if message["role"] == "assistant":
-                masked.append({**message, "content": _SENTINEL.format(len(contents))})
-                contents.append(message["content"])
-            else:
-                masked.append(message)
-        if not contents:
-            raise TemplateError("a conversation without an assistant turn trains nothing")
-        text = self._tokenizer.apply_chat_template(
-            masked, tokenize=False, **self._template_kwargs)
-        pieces = []
-        position = 0
-        for expected, match in enumerate(_SENTINEL_RE.finditer(text)):
-            if int(match.group(1)) != expected:
-                raise TemplateError("the chat template reorders or repeats assistant turns")
-            pieces.append((text[position:match.start()], False))
-            pieces.append((contents[expected], True))
-            position = match.end()
-        if len(pieces) != 2 * len(contents):
+        """[(text, is_assistant_content)]: the prompt, the content, the end of the turn."""
+        if not messages or messages[-1]["role"] != "assistant":
+            raise TemplateError("a conversation without an assistant turn at the end trains "
+                                "nothing")
+        *context, last = messages
+        prompt = self._render(context, add_generation_prompt=True)
+        whole = self._render([*context, {**last, "content": _SENTINEL.format(0)}])
+        found = [m for m in _SENTINEL_RE.finditer(whole) if m.group(1) == "0"]
+        if len(found) != 1:
             raise TemplateError("the chat template drops or rewrites assistant content")
-        pieces.append((text[position:], False))
-        return pieces
+        return [(prompt, False), (last["content"], True), (whole[found[0].end():], False)]
+
+    def _render(self, messages, **kwargs):
+        return self._tokenizer.apply_chat_template(
+            messages, tokenize=False, **self._template_kwargs, **kwargs)
 
     def encode_many(self, conversations):
         """Encodes several conversations with one batched tokenizer call."""

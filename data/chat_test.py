@@ -58,19 +58,23 @@ class ChatEncoderTest(absltest.TestCase):
             spans.append(tokenizer.decode(current))
         return spans
 
-    def test_mask_is_assistant_content_and_end_of_turn_for_every_template(self):
+    def test_last_assistant_turn_is_trained_after_the_generation_prompt(self):
         for name, (tokenizer, end_of_turn) in self.tokenizers.items():
             with self.subTest(name):
                 messages = MULTI_TURN[1:] if name == "gemma3" else MULTI_TURN
                 encoded = chat.ChatEncoder(tokenizer).encode(messages)
-                self.assertEqual(self._trained_spans(tokenizer, encoded), [
-                    testing.CODE + end_of_turn,
-                    MULTI_TURN[4]["content"] + end_of_turn])
-                # The whole sequence is exactly the template's rendering.
-                self.assertEqual(tokenizer.decode(encoded.input_ids),
-                                 tokenizer.apply_chat_template(messages, tokenize=False))
+                self.assertEqual(self._trained_spans(tokenizer, encoded),
+                                 [MULTI_TURN[4]["content"] + end_of_turn])
+                # The generation prompt for the history, then the turn as the template ends it.
+                prompt = tokenizer.apply_chat_template(
+                    messages[:-1], tokenize=False, add_generation_prompt=True)
+                whole = tokenizer.apply_chat_template(messages, tokenize=False)
+                ending = whole[whole.rindex(MULTI_TURN[4]["content"]):]
+                self.assertEqual(tokenizer.decode(encoded.input_ids), prompt + ending)
+                if name != "gemma4":  # these templates open a model turn as history shows it
+                    self.assertEqual(tokenizer.decode(encoded.input_ids), whole)
 
-    def test_every_end_of_turn_of_an_assistant_turn_is_trained(self):
+    def test_earlier_assistant_turns_are_context(self):
         for name, (tokenizer, end_of_turn) in self.tokenizers.items():
             with self.subTest(name):
                 end_id = tokenizer.convert_tokens_to_ids(end_of_turn)
@@ -78,7 +82,7 @@ class ChatEncoderTest(absltest.TestCase):
                 ids = encoded.input_ids.tolist()
                 ends = [i for i, t in enumerate(ids) if t == end_id]
                 self.assertLen(ends, 4)  # user, model, user, model
-                self.assertEqual([int(encoded.loss_mask[i]) for i in ends], [0, 1, 0, 1])
+                self.assertEqual([int(encoded.loss_mask[i]) for i in ends], [0, 0, 0, 1])
 
     def test_prompt_tokens_match_the_generation_prompt(self):
         tokenizer, _ = self.tokenizers["gemma4"]
@@ -101,7 +105,7 @@ class ChatEncoderTest(absltest.TestCase):
         kept = chat.ChatEncoder(tokenizer, enable_thinking=True).encode(
             codev.to_messages(row, "keep_thinking", "keep"))
         text = tokenizer.decode(kept.input_ids)
-        self.assertIn("<|turn>system\n<|think|>\nBe terse.<turn|>", text)
+        self.assertIn("<|turn>system\n<|think|>Be terse.<turn|>", text)
         trained = self._trained_spans(tokenizer, kept)
         self.assertLen(trained, 1)
         self.assertTrue(trained[0].startswith("<|channel>thought\nAn inverter is one assign."))
@@ -115,6 +119,8 @@ class ChatEncoderTest(absltest.TestCase):
         tokenizer, _ = self.tokenizers["gemma4"]
         with self.assertRaisesRegex(chat.TemplateError, "without an assistant"):
             chat.ChatEncoder(tokenizer).encode(MULTI_TURN[:2])
+        with self.assertRaisesRegex(chat.TemplateError, "without an assistant"):
+            chat.ChatEncoder(tokenizer).encode(MULTI_TURN[:4])
 
 
 if __name__ == "__main__":

@@ -39,7 +39,12 @@ class TokenizerTest(absltest.TestCase):
         self.assertEqual(
             self.tokenizer.apply_chat_template(messages[1:2], tokenize=False,
                                                add_generation_prompt=True, enable_thinking=True),
-            "<bos><|turn>system\n<|think|>\n<turn|>\n<|turn>user\nU<turn|>\n<|turn>model\n")
+            "<bos><|turn>system\n<|think|><turn|>\n<|turn>user\nU<turn|>\n<|turn>model\n")
+        # Thinking off: the model is handed an empty thought block.
+        self.assertEqual(
+            self.tokenizer.apply_chat_template(messages[1:2], tokenize=False,
+                                               add_generation_prompt=True),
+            "<bos><|turn>user\nU<turn|>\n<|turn>model\n<|channel>thought\n<channel|>")
         # Control tokens are single tokens, never split into bytes.
         ids = self.tokenizer("<|channel>thought\nx<channel|>", add_special_tokens=False)["input_ids"]
         self.assertEqual(self.tokenizer.convert_ids_to_tokens(ids[:1]), ["<|channel>"])
@@ -59,6 +64,10 @@ class TokenizerTest(absltest.TestCase):
         text = "module m(input a); endmodule <turn|>"
         self.assertEqual(loaded(text)["input_ids"], self.tokenizer(text)["input_ids"])
         self.assertEqual(loaded.chat_template, tokenizer_lib.CHAT_TEMPLATE)
+        # Named as the real tokenizer names its special tokens.
+        for name, token in tokenizer_lib.NAMED_TOKENS.items():
+            self.assertEqual(getattr(loaded, name), token, name)
+        self.assertCountEqual(loaded.all_special_tokens, self.tokenizer.all_special_tokens)
         self.assertEqual(tokenizer_lib.load(directory).get_vocab(), self.tokenizer.get_vocab())
 
     def test_end_of_turn_ids(self):

@@ -67,12 +67,17 @@ def resolve_model(client, model):
     return listed[0]
 
 
+def template_kwargs(settings):
+    """The chat template's keyword arguments the server is asked to render with."""
+    return {"enable_thinking": True} if settings.enable_thinking else {}
+
+
 def _extra_body(settings):
     body = {}
     if settings.keep_special_tokens:
         body["skip_special_tokens"] = False
-    if settings.enable_thinking:
-        body["chat_template_kwargs"] = {"enable_thinking": True}
+    if template_kwargs(settings):
+        body["chat_template_kwargs"] = template_kwargs(settings)
     return body or None
 
 

@@ -1,5 +1,6 @@
 import json
 import os
+import re
 
 import numpy as np
 import torch
@@ -26,18 +27,17 @@ from training.formats import orbax_lora
 VLLM_TARGETS = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
 CONFIGS = {
     "k_eq_v_global": {},
+    "text_only": dict(multimodal=False),
     "separate_kv_global": dict(attention_k_eq_v=False, num_key_value_heads=2),
     "other_head_dims": dict(head_dim=32, global_head_dim=96, num_key_value_heads=2,
                             num_global_key_value_heads=1, hidden_size=72),
 }
 
 
-def make_run(directory, sharded=False, **overrides):
+def make_run(directory, **overrides):
+    """A fake TPU run on a tiny base: multimodal and sharded, as the real checkpoint is
+    (`multimodal=False`: the text-only variant, one file)."""
     base, dims = tpu_testing.tiny_checkpoint(directory, **overrides)
-    if sharded:
-        model = transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32)
-        model.save_pretrained(base, max_shard_size="300KB")
-        os.remove(os.path.join(base, "model.safetensors"))
     config = tpu_testing.cpu_config()
     factors = tpu_testing.random_factors(dims, config.lora)
     run = testing.fake_run(os.path.join(directory, "run"), base, config, factors)
@@ -56,7 +56,7 @@ class ExportTest(parameterized.TestCase):
                                      written["adapter"], written["merged"])
         self.assertLess(max(differences.values()), 1e-4, differences)
         # The LoRA is far from zero: the base alone disagrees visibly.
-        ids = verify.tokens(dims.vocab)
+        ids = verify.tokens(dims.vocab, base_model.media_token_ids(base_model.read_config(base)))
         plain = verify.hf_logits(base, ids)
         merged = verify.hf_logits(written["merged"], ids)
         self.assertGreater(float(np.abs(plain - merged).max()), 1e-2)
@@ -69,12 +69,18 @@ class ExportTest(parameterized.TestCase):
         self.assertEqual((saved["r"], saved["lora_alpha"], saved["peft_type"]),
                          (config.lora.rank, config.lora.alpha, "LORA"))
         self.assertEqual(saved["base_model_name_or_path"], base)
-        self.assertLessEqual(set(saved["target_modules"]), VLLM_TARGETS)
+        # A regex on the multimodal checkpoint: the language model's projections only.
+        pattern = re.compile(saved["target_modules"])
+        self.assertTrue(pattern.fullmatch("model.language_model.layers.0.self_attn.q_proj"))
+        self.assertFalse(pattern.fullmatch("model.vision_tower.encoder.layers.0.self_attn.q_proj"))
+        names = set(re.search(r"\((.*)\)", saved["target_modules"]).group(1).split("|"))
+        self.assertLessEqual(names, VLLM_TARGETS)
         self.assertFalse(saved["modules_to_save"])
         self.assertEqual(saved["bias"], "none")
         weights = load_file(os.path.join(out, adapter.WEIGHTS))
         dims = gemma4_map.Dims.from_hf_config(base_model.read_config(base))
-        self.assertEqual(sorted(weights), sorted(lora_map.qwix_to_peft(dims, factors)))
+        self.assertEqual(sorted(weights), sorted(lora_map.qwix_to_peft(
+            dims, factors, layer_prefix="model.language_model.")))
         from peft import PeftModel  # pylint: disable=import-outside-toplevel
         model = PeftModel.from_pretrained(
             transformers.AutoModelForCausalLM.from_pretrained(base, dtype=torch.float32), out)
@@ -83,7 +89,7 @@ class ExportTest(parameterized.TestCase):
 
     def test_sharded_merge_streams_and_keeps_the_layout(self):
         directory = self.create_tempdir().full_path
-        run, base, _, _, _ = make_run(directory, sharded=True)
+        run, base, _, _, _ = make_run(directory)
         shards = sorted(f for f in os.listdir(base) if f.endswith(".safetensors"))
         self.assertGreater(len(shards), 2)
         out = exporting.export(run, os.path.join(directory, "m"), "merged",
@@ -99,7 +105,7 @@ class ExportTest(parameterized.TestCase):
             run, os.path.join(directory, "p"), "peft", progress=False)["adapter"],
             adapter.WEIGHTS))
         deltas = lora_map.weight_factors(peft)
-        name = "model.layers.1.self_attn.q_proj.weight"
+        name = "model.language_model.layers.1.self_attn.q_proj.weight"
         files = base_model.safetensors_files(base)
         before = load_file(files[name])[name]
         after = load_file(os.path.join(out, os.path.basename(files[name])))[name]
@@ -124,9 +130,10 @@ class ExportTest(parameterized.TestCase):
         # A failure half-way (a base tensor of the wrong shape) leaves nothing.
         files = base_model.safetensors_files(base)
         from safetensors.numpy import save_file  # pylint: disable=import-outside-toplevel
-        path = files["model.layers.3.mlp.down_proj.weight"]
+        name = "model.language_model.layers.3.mlp.down_proj.weight"
+        path = files[name]
         tensors = load_file(path)
-        tensors["model.layers.3.mlp.down_proj.weight"] = np.zeros((3, 3), np.float32)
+        tensors[name] = np.zeros((3, 3), np.float32)
         broken = os.path.join(directory, "broken")
         os.makedirs(broken)
         for name in os.listdir(base):
@@ -145,7 +152,7 @@ class ExportTest(parameterized.TestCase):
 
     def test_bad_input_is_named(self):
         directory = self.create_tempdir().full_path
-        run, base, _, _, config = make_run(directory, sharded=True)
+        run, base, _, _, config = make_run(directory)
         out = os.path.join(directory, "o")
         shard = sorted(f for f in os.listdir(base) if f.endswith(".safetensors"))[1]
         # Missing shard.
@@ -187,7 +194,7 @@ class ExportTest(parameterized.TestCase):
         for name, value in factors.items():
             np.testing.assert_array_equal(restored[name], value, err_msg=name)
         # The TPU stack loads it: the same logits as the adapter on transformers.
-        ids = verify.tokens(dims.vocab)
+        ids = verify.tokens(dims.vocab, base_model.media_token_ids(base_model.read_config(base)))
         np.testing.assert_allclose(
             verify.tunix_logits(base, dims, restored, config.lora.alpha, ids),
             verify.hf_logits(base, ids, first), atol=1e-4)

@@ -24,8 +24,10 @@ _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest
 _TOLERANCE = flags.DEFINE_float("tolerance", 1e-4, "Largest allowed |logit difference|.")
 
 
-def tokens(vocab, length=48, seed=0):
-    return np.random.default_rng(seed).integers(3, vocab, size=(2, length)).astype(np.int32)
+def tokens(vocab, exclude=(), length=48, seed=0):
+    """Random text ids past the fixed specials, none of `exclude` (media placeholders)."""
+    allowed = np.setdiff1d(np.arange(3, vocab), np.asarray(exclude, np.int64))
+    return np.random.default_rng(seed).choice(allowed, size=(2, length)).astype(np.int32)
 
 
 def tunix_logits(base_dir, dims, qwix_factors, alpha, ids):
@@ -62,7 +64,8 @@ def hf_logits(model_dir, ids, adapter_dir=None):
 
 def compare(base_dir, dims, qwix_factors, alpha, adapter_dir, merged_dir):
     """{pair: max |difference|} between the three models' logits."""
-    ids = tokens(dims.vocab)
+    from training.formats import base_model  # pylint: disable=import-outside-toplevel
+    ids = tokens(dims.vocab, base_model.media_token_ids(base_model.read_config(base_dir)))
     logits = {"tunix_lora": tunix_logits(base_dir, dims, qwix_factors, alpha, ids),
               "hf_peft": hf_logits(base_dir, ids, adapter_dir),
               "hf_merged": hf_logits(merged_dir, ids)}

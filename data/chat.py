@@ -47,6 +47,20 @@ class Encoded:
         return len(self.input_ids)
 
 
+# The media placeholders of Gemma 4's tokenizer, by the names it gives them.
+_MEDIA_TOKENS = ("image_token", "audio_token", "video_token")
+
+
+def media_token_ids(tokenizer):
+    """Ids of the tokenizer's image/audio/video placeholder tokens (none for text-only
+    tokenizers). A multimodal model replaces their embeddings by media features, so a
+    training row must not hold them (the pipeline skips such rows)."""
+    tokens = {getattr(tokenizer, name, None) for name in _MEDIA_TOKENS} | {"<|video|>"}
+    vocab = tokenizer.get_vocab()
+    return np.asarray(sorted(vocab[t] for t in tokens if t in vocab and
+                             t in tokenizer.all_special_tokens), np.int32)
+
+
 class ChatEncoder:
     """Turns chat messages into token ids and an assistant-only loss mask."""
 
@@ -56,6 +70,7 @@ class ChatEncoder:
         self._tokenizer = tokenizer
         self._template_kwargs = template_kwargs
         self._special_ids = frozenset(tokenizer.all_special_ids)
+        self.media_ids = media_token_ids(tokenizer)
 
     def render_pieces(self, messages):
         """[(text, is_assistant_content)]: the prompt, the content, the end of the turn."""

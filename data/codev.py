@@ -35,8 +35,11 @@ EMPTY = "empty"
 UNCLOSED_THINK = "unclosed_think"
 NO_CODE = "no_code"
 TOO_LONG = "too_long"
+# The text holds an image/audio/video placeholder token, which a multimodal model
+# replaces by media features (data/chat.py, ChatEncoder.media_ids).
+MEDIA_TOKEN = "media_token"
 SKIP_REASONS = (INVALID_JSON, MISSING_FIELD, NOT_A_STRING, EMPTY, UNCLOSED_THINK,
-                NO_CODE, TOO_LONG)
+                NO_CODE, MEDIA_TOKEN, TOO_LONG)
 
 _THINK = re.compile(r"^\s*<think>(.*?)</think>(.*)$", re.DOTALL)
 _ANSWER = re.compile(r"^\s*<answer>(.*?)</answer>\s*$", re.DOTALL)

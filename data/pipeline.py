@@ -65,6 +65,9 @@ def encode_rows(rows, encoder, config, progress=None):
 
     def flush():
         for (number, _), example in zip(pending, encoder.encode_many([m for _, m in pending])):
+            if np.isin(example.input_ids, encoder.media_ids).any():
+                report.drop(number, codev.MEDIA_TOKEN)
+                continue
             if len(example) > config.max_seq_len:
                 if config.long_rows == "drop":
                     report.drop(number, codev.TOO_LONG)

@@ -36,16 +36,18 @@ class PipelineTest(absltest.TestCase):
             testing.record(prompt=long_prompt),
             testing.record(response=""),
             testing.record(),
+            testing.record(prompt="Draw it like <|image|> shows."),
         ])
         examples, report = pipeline.encode_rows(
             codev.read_rows(source), pipeline.encoder_for(self.tokenizer, _config(source)),
             _config(source))
-        self.assertEqual(report.rows_read, 7)
+        self.assertEqual(report.rows_read, 8)
         self.assertEqual(report.kept, 2)
         self.assertLen(examples, 2)
         self.assertEqual(dict(report.dropped), {
             codev.INVALID_JSON: 1, codev.UNCLOSED_THINK: 1, codev.NO_CODE: 1,
-            codev.TOO_LONG: 1, codev.EMPTY: 1})
+            codev.TOO_LONG: 1, codev.EMPTY: 1, codev.MEDIA_TOKEN: 1})
+        self.assertEqual(report.dropped_rows[codev.MEDIA_TOKEN], [8])
         self.assertEqual(report.dropped_rows[codev.TOO_LONG], [5])
         self.assertEqual(report.trained_tokens, sum(int(e.loss_mask.sum()) for e in examples))
         self.assertEqual(report.total_tokens, sum(len(e) for e in examples))

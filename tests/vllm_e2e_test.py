@@ -24,7 +24,10 @@ from peft import PeftModel
 from peft import get_peft_model
 from safetensors.numpy import save_file
 
+from data import codev
+from data import pipeline
 from data import tokenizer as tokenizer_lib
+from eval import sampling
 from serving import launcher
 from serving import sweep
 from serving.bench import ENTRY
@@ -116,10 +119,14 @@ class VllmEndToEndTest(absltest.TestCase):
         cls.tmp = tmp
         tokenizer = tokenizer_lib.build_tokenizer()
         cls.base = tiny_model.save_tiny_model(os.path.join(tmp, "base"), tokenizer)
-        model = transformers.AutoModelForCausalLM.from_pretrained(cls.base, dtype=torch.float32)
+        # The multimodal class, as google/gemma-4-31B-it is; LoRA on its language model.
+        model = transformers.AutoModelForImageTextToText.from_pretrained(
+            cls.base, dtype=torch.float32)
+        assert type(model).__name__ == "Gemma4ForConditionalGeneration", type(model)
         peft_model = get_peft_model(model, LoraConfig(
-            r=8, lora_alpha=16, target_modules=["q_proj", "k_proj", "v_proj", "o_proj",
-                                                "gate_proj", "up_proj", "down_proj"]))
+            r=8, lora_alpha=16, target_modules=adapter_lib.target_modules_for(
+                ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                "model.language_model.")))
         torch.manual_seed(1)
         with torch.no_grad():  # a LoRA far from zero, so that it changes the output
             for name, param in peft_model.named_parameters():
@@ -134,8 +141,8 @@ class VllmEndToEndTest(absltest.TestCase):
         with peft_model.disable_adapter():
             cls.transformers_logprobs["base"] = _logprobs(peft_model, cls.token_ids)
         kv_model = PeftModel.from_pretrained(
-            transformers.AutoModelForCausalLM.from_pretrained(cls.base, dtype=torch.float32),
-            cls.kv_adapter)
+            transformers.AutoModelForImageTextToText.from_pretrained(
+                cls.base, dtype=torch.float32), cls.kv_adapter)
         cls.transformers_logprobs["kv"] = _logprobs(kv_model, cls.token_ids)
         cls.merged = os.path.join(tmp, "merged")
         peft_model.merge_and_unload().save_pretrained(cls.merged)
@@ -186,6 +193,30 @@ class VllmEndToEndTest(absltest.TestCase):
         for name, gap in gaps.items():
             self.assertLess(gap, TOLERANCE, name)
         self.assertGreater(base_gap, 100 * TOLERANCE)  # the K = V layer's LoRA matters
+
+    def test_1c_served_prompt_is_the_trained_prefix(self):
+        # vLLM's own rendering (its /tokenize endpoint, the chat path's template code)
+        # of a training row's prompt is what training put before the trained span.
+        tokenizer = tokenizer_lib.load(self.base)
+        row = next(r for r in codev.read_rows("sample") if isinstance(r, codev.Row))
+        for policy, thinking in (("strip_thinking", False), ("keep_thinking", True)):
+            config = pipeline.default_config()
+            config.response_policy = policy
+            messages = codev.to_messages(row, policy, config.system_policy)
+            encoded = pipeline.encoder_for(tokenizer, config).encode(messages)
+            settings = sampling.Settings(model="codev", enable_thinking=thinking)
+            body = {"model": "codev", "messages": messages[:-1], "add_generation_prompt": True,
+                    "add_special_tokens": False}
+            if sampling.template_kwargs(settings):
+                body["chat_template_kwargs"] = sampling.template_kwargs(settings)
+            request = urllib.request.Request(
+                f"{self.record['base_url']}/tokenize", method="POST",
+                headers={"Content-Type": "application/json"}, data=json.dumps(body).encode())
+            with urllib.request.urlopen(request, timeout=60) as response:
+                served = json.load(response)["tokens"]
+            self.assertEqual(encoded.input_ids[:len(served)].tolist(), served, policy)
+            self.assertEqual(int(encoded.loss_mask[len(served)]), 1, policy)
+            self.assertFalse(encoded.loss_mask[:len(served)].any(), policy)
 
     def test_2_sweep_records_everything(self):
         out = os.path.join(self.tmp, "sweep")

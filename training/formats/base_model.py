@@ -97,6 +97,16 @@ def read_config(model_dir):
     return _read_json(path)
 
 
+def media_token_ids(config):
+    """The placeholder ids a multimodal config.json names (image, audio, video).
+
+    A multimodal Gemma 4 replaces these tokens' embeddings by media features
+    (by padding when no media comes with them), so text must never hold them.
+    """
+    return sorted({config[key] for key in ("image_token_id", "audio_token_id", "video_token_id")
+                   if isinstance(config.get(key), int)})
+
+
 def safetensors_files(model_dir):
     """{tensor name: file} for the model's safetensors, checking every file opens."""
     from safetensors import safe_open  # pylint: disable=import-outside-toplevel

@@ -1,16 +1,26 @@
 """A tiny random Gemma 4 with the 31B architecture, for CPU defaults and tests.
 
-Same structure as Gemma 4 31B: sliding-window layers (5) then a global layer,
-global layers with K = V (one projection), their own head dim and KV-head
-count, proportional RoPE on global layers, tied embeddings, logit soft-cap.
-Only the sizes shrink. Head dims 64 / 128 are ones vLLM's CPU attention takes.
+The default is what `google/gemma-4-31B-it` is: a multimodal
+`Gemma4ForConditionalGeneration` (the text model under `model.language_model.*`,
+a small vision tower under `model.vision_tower.*` and `model.embed_vision.*`),
+saved as transformers saves the real one (safetensors shards plus
+`model.safetensors.index.json`), with the embedded tokenizer (Google's chat
+template, the real special tokens) and the config's image/audio/video token
+ids pointing at its tokens. `multimodal=False` gives the text-only
+`Gemma4ForCausalLM` in one file, the variant some tests keep.
+
+The text model has the 31B's structure: sliding-window layers (5) then a
+global layer, global layers with K = V (one projection), their own head dim
+and KV-head count, proportional RoPE on global layers, tied embeddings, logit
+soft-cap. Only the sizes shrink. Head dims 64 / 128 are ones vLLM's CPU
+attention takes.
 
 `save_tiny_model` writes a Hugging Face model directory (config.json,
-model.safetensors, generation_config.json, tokenizer files), the form every
-stage reads a base model in; `ensure` writes the one a CPU run starts from.
-Run as a module (`python -m training.formats.tiny_model DIR`) it lets
-another environment write one: the serving binary asks the vLLM environment,
-so that serving itself never imports torch.
+safetensors, generation_config.json, tokenizer files), the form every stage
+reads a base model in; `ensure` writes the one a CPU run starts from. Run as a
+module (`python -m training.formats.tiny_model DIR`) it lets another
+environment write one: the serving binary asks the vLLM environment, so that
+serving itself never imports torch.
 """
 
 import argparse
@@ -36,7 +46,30 @@ TINY_CONFIG = dict(
     hidden_size_per_layer_input=0,
     vocab_size_per_layer_input=0,
     tie_word_embeddings=True,
+    use_bidirectional_attention="vision",  # as the 31B: image tokens see each other
 )
+
+
+# A small vision tower of the 31B's kind (no clipped linears, standardized
+# patches, 3 x 3 pooling, 16-pixel patches, 70 soft tokens: the smallest image
+# size the real image processor offers).
+TINY_VISION = dict(
+    hidden_size=48,
+    intermediate_size=96,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=2,
+    head_dim=24,
+    global_head_dim=24,
+    patch_size=16,
+    pooling_kernel_size=3,
+    default_output_length=70,
+    position_embedding_size=1024,
+    standardize=True,
+    use_clipped_linears=False,
+)
+# The shards of the multimodal save: a few, as the real checkpoint has many.
+SHARD_SIZE = "2MB"
 
 
 def tiny_config(vocab_size, **overrides):
@@ -48,10 +81,29 @@ def tiny_config(vocab_size, **overrides):
     return config
 
 
+def tiny_multimodal_config(text_config, tokenizer):
+    """A Gemma4Config around `text_config`, its media token ids from `tokenizer`."""
+    from data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
+    named = tokenizer_lib.NAMED_TOKENS
+    ids = {f"{kind}_token_id": tokenizer.convert_tokens_to_ids(named[f"{kind}_token"])
+           for kind in ("image", "boi", "eoi", "audio", "boa", "eoa")}
+    ids["video_token_id"] = tokenizer.convert_tokens_to_ids(tokenizer_lib.VIDEO)
+    config = transformers.Gemma4Config(
+        text_config=text_config.to_dict(),
+        vision_config=transformers.Gemma4VisionConfig(**TINY_VISION), audio_config=None,
+        vision_soft_tokens_per_image=TINY_VISION["default_output_length"],
+        tie_word_embeddings=text_config.tie_word_embeddings,
+        eoa_token_index=ids["eoa_token_id"], **ids)
+    config.architectures = ["Gemma4ForConditionalGeneration"]
+    return config
+
+
 def build_tiny_model(config, seed=0):
     """Random weights (std 0.02, and non-trivial norms) for `config`, in fp32."""
     torch.manual_seed(seed)
-    model = transformers.Gemma4ForCausalLM(config)
+    cls = (transformers.Gemma4ForConditionalGeneration if isinstance(config, transformers.Gemma4Config)
+           else transformers.Gemma4ForCausalLM)
+    model = cls(config)
     with torch.no_grad():
         for name, param in model.named_parameters():
             if "norm" in name or "scale" in name:
@@ -61,18 +113,25 @@ def build_tiny_model(config, seed=0):
     return model.eval()
 
 
-def save_tiny_model(out_dir, tokenizer, seed=0, dtype=torch.float32, **overrides):
-    """Writes a tiny random Gemma 4 HF directory with `tokenizer`; returns out_dir."""
+def save_tiny_model(out_dir, tokenizer, seed=0, dtype=torch.float32, multimodal=True,
+                    **overrides):
+    """Writes a tiny random Gemma 4 HF directory with `tokenizer`; returns out_dir.
+
+    `overrides` change fields of the text config.
+    """
     from data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
     # Padded like real vocabularies, so that any tensor-parallel size divides it.
-    config = tiny_config(-(-len(tokenizer) // 64) * 64, **overrides)
-    config.pad_token_id = tokenizer.pad_token_id
-    config.bos_token_id = tokenizer.bos_token_id
-    config.eos_token_id = tokenizer_lib.end_of_turn_ids(tokenizer)
+    text = tiny_config(-(-len(tokenizer) // 64) * 64, **overrides)
+    text.pad_token_id = tokenizer.pad_token_id
+    text.bos_token_id = tokenizer.bos_token_id
+    eos = tokenizer_lib.end_of_turn_ids(tokenizer)
+    text.eos_token_id = eos
+    config = tiny_multimodal_config(text, tokenizer) if multimodal else text
+    config.eos_token_id = eos
     model = build_tiny_model(config, seed).to(dtype)
     os.makedirs(out_dir, exist_ok=True)
-    model.save_pretrained(out_dir)
-    model.generation_config.eos_token_id = config.eos_token_id
+    model.save_pretrained(out_dir, max_shard_size=SHARD_SIZE if multimodal else "50GB")
+    model.generation_config.eos_token_id = eos
     model.generation_config.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     return out_dir

@@ -1,3 +1,4 @@
+import json
 import os
 
 import jax.numpy as jnp
@@ -14,9 +15,11 @@ from training.formats import gemma4_map
 from training.tpu import model as model_lib
 from training.tpu import train_step
 
-# Every size distinct where the architecture allows, so a swapped axis fails.
+# Every size distinct where the architecture allows, so a swapped axis fails. The
+# checkpoints are multimodal (vision tensors skipped) unless `multimodal=False`.
 CONFIGS = {
     "k_eq_v_global": {},
+    "text_only": dict(multimodal=False),
     "separate_kv_global": dict(attention_k_eq_v=False, num_global_key_value_heads=2,
                                num_key_value_heads=4, num_attention_heads=8),
     "other_head_dims": dict(head_dim=32, global_head_dim=96, num_key_value_heads=2,
@@ -32,8 +35,11 @@ class LoadTest(parameterized.TestCase):
         mesh = testing.mesh(1, 1)
         model = model_lib.load_base(path, dims, mesh, "float32")
         hf = transformers.AutoModelForCausalLM.from_pretrained(path, dtype=torch.float32).eval()
-        # Longer than the sliding window (16), two segments packed in row 0.
-        ids = np.random.default_rng(0).integers(10, 1000, size=(2, 40))
+        # Longer than the sliding window (16), two segments packed in row 0; no media
+        # placeholder, which the multimodal class replaces by padding.
+        text_ids = np.setdiff1d(np.arange(10, 1000),
+                                base_model.media_token_ids(base_model.read_config(path)))
+        ids = np.random.default_rng(0).choice(text_ids, size=(2, 40))
         with torch.no_grad():
             want = hf(torch.tensor(ids)).logits.numpy()
         segments = np.ones((2, 40), np.int32)
@@ -46,25 +52,39 @@ class LoadTest(parameterized.TestCase):
         directory = self.create_tempdir().full_path
         path, dims = testing.tiny_checkpoint(directory)
         from safetensors.numpy import load_file, save_file  # pylint: disable=import-outside-toplevel
-        tensors = load_file(os.path.join(path, "model.safetensors"))
+        files = base_model.safetensors_files(path)
+        up = "model.language_model.layers.2.mlp.up_proj.weight"
+        tensors = load_file(files[up])
         broken = dict(tensors)
-        del broken["model.layers.2.mlp.up_proj.weight"]
-        save_file(broken, os.path.join(path, "model.safetensors"))
+        del broken[up]
+        save_file(broken, files[up])
+        # Absent from its shard but listed in the index, then absent from both.
+        with self.assertRaisesRegex(base_model.BaseModelError, "layers.2.mlp.up_proj"):
+            model_lib.load_base(path, dims, testing.mesh(1, 1), "float32")
+        index_path = os.path.join(path, "model.safetensors.index.json")
+        with open(index_path) as f:
+            index = json.load(f)
+        with open(index_path, "w") as f:
+            json.dump({**index, "weight_map": {k: v for k, v in index["weight_map"].items()
+                                               if k != up}}, f)
         with self.assertRaisesRegex(gemma4_map.MappingError, "layers.2.mlp.up_proj"):
             model_lib.load_base(path, dims, testing.mesh(1, 1), "float32")
-        broken = dict(tensors)
-        broken["model.layers.1.self_attn.q_proj.weight"] = np.zeros((8, 8), np.float32)
-        save_file(broken, os.path.join(path, "model.safetensors"))
+        save_file(tensors, files[up])
+        with open(index_path, "w") as f:
+            json.dump(index, f)
+        q = "model.language_model.layers.1.self_attn.q_proj.weight"
+        tensors = load_file(files[q])
+        save_file({**tensors, q: np.zeros((8, 8), np.float32)}, files[q])
         with self.assertRaisesRegex(gemma4_map.MappingError,
                                     r"layers.1.self_attn.q_proj.weight: shape \(8, 8\)"):
             model_lib.load_base(path, dims, testing.mesh(1, 1), "float32")
 
     def test_truncated_shard_is_named(self):
         path, dims = testing.tiny_checkpoint(self.create_tempdir().full_path)
-        file = os.path.join(path, "model.safetensors")
+        file = base_model.safetensors_files(path)["model.language_model.layers.3.mlp.up_proj.weight"]
         with open(file, "r+b") as f:
             f.truncate(os.path.getsize(file) // 2)
-        with self.assertRaisesRegex(base_model.BaseModelError, "model.safetensors"):
+        with self.assertRaisesRegex(base_model.BaseModelError, os.path.basename(file)):
             model_lib.load_base(path, dims, testing.mesh(1, 1), "float32")
 
 

@@ -23,7 +23,8 @@ def tokenizer():
 
 
 def tiny_checkpoint(directory, seed=0, **overrides):
-    """A tiny random Gemma 4 HF directory; returns (path, Dims)."""
+    """A tiny random Gemma 4 HF directory (multimodal unless multimodal=False); returns
+    (path, Dims)."""
     path = tiny_model.save_tiny_model(os.path.join(directory, "base"), tokenizer(), seed=seed,
                                       **overrides)
     with open(os.path.join(path, "config.json")) as f:

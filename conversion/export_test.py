@@ -17,6 +17,7 @@ from conversion import merge
 from conversion import outputs
 from conversion import testing
 from conversion import verify
+from tools.common import cli
 from training.common import run_dir as run_dir_lib
 from training.formats import adapter
 from training.formats import base_model
@@ -44,6 +45,13 @@ def make_run(directory, **overrides):
     return run, base, dims, factors, config
 
 
+def _all_tensors(model_dir):
+    out = {}
+    for path in set(base_model.safetensors_files(model_dir).values()):
+        out.update(load_file(path))
+    return out
+
+
 class ExportTest(parameterized.TestCase):
 
     @parameterized.named_parameters(*CONFIGS.items())
@@ -60,6 +68,32 @@ class ExportTest(parameterized.TestCase):
         plain = verify.hf_logits(base, ids)
         merged = verify.hf_logits(written["merged"], ids)
         self.assertGreater(float(np.abs(plain - merged).max()), 1e-2)
+
+    def test_verify_at_scale_settings(self):
+        # bfloat16 on a 2 x 4 mesh: within the bfloat16 tolerance, and a wrong export
+        # (the base instead of the merged model) is still far outside it.
+        directory = self.create_tempdir().full_path
+        run, base, dims, factors, config = make_run(directory)
+        written = exporting.export(run, os.path.join(directory, "export"), progress=False)
+        bf16 = verify.compare(base, dims, factors, config.lora.alpha, written["adapter"],
+                              written["merged"], "bfloat16", (2, 4))
+        wrong = verify.compare(base, dims, factors, config.lora.alpha, written["adapter"],
+                               base, "bfloat16", (2, 4))
+        print(json.dumps({"bfloat16": bf16, "merged replaced by the base": wrong}))
+        self.assertLess(max(bf16.values()), verify.TOLERANCES["bfloat16"])
+        self.assertGreater(wrong["tunix_lora vs hf_merged"], 2 * verify.TOLERANCES["bfloat16"])
+        # What each model needs, said before loading; a host too small is refused.
+        plan = verify.memory_plan(base, "bfloat16", (2, 4), host_available=1 << 40)
+        text = sum(int(np.prod(t.shape)) for name, t in _all_tensors(base).items()
+                   if name.startswith("model.language_model."))
+        self.assertEqual(plan["tunix_bytes_per_device"], text * 2 // 8)
+        self.assertGreater(plan["transformers_host_bytes"], text * 2)  # the vision tower too
+        with self.assertRaisesRegex(verify.VerifyMemoryError, "--offload_dir"):
+            verify.memory_plan(base, "bfloat16", (2, 4), host_available=1000)
+        verify.memory_plan(base, "bfloat16", (2, 4), host_available=1000, offload=True)
+        with self.assertRaisesRegex(cli.UserError, "needs 16 devices"):
+            verify.tunix_logits(base, dims, factors, config.lora.alpha,
+                                verify.tokens(dims.vocab), "bfloat16", (4, 4))
 
     def test_adapter_satisfies_peft_and_vllm(self):
         directory = self.create_tempdir().full_path

@@ -14,6 +14,7 @@ import sys
 import numpy as np
 from absl.testing import absltest
 
+from conversion import exporting
 from training.common import hparams
 from training.common import run_dir as run_dir_lib
 from training.formats import adapter
@@ -73,10 +74,11 @@ class ParityTest(absltest.TestCase):
         orbax_lora.write(orbax_dir, initial)
         peft_dir = os.path.join(tmp, "init_peft")
         os.makedirs(peft_dir)
-        peft = lora_map.qwix_to_peft(dims, initial)
+        prefix = exporting.layer_prefix(base)  # the multimodal base: model.language_model.
+        peft = lora_map.qwix_to_peft(dims, initial, layer_prefix=prefix)
         adapter.write(peft_dir, peft, rank=config.lora.rank, alpha=config.lora.alpha,
                       dropout=0.0, modules=lora_map.target_modules_of(peft),
-                      base_model=base, layer_prefix="model.")
+                      base_model=base, layer_prefix=prefix)
 
         tpu = _run("training.tpu.sft", os.path.join(tmp, "tpu"), f"--config.model.name={base}",
                    f"--config.lora.init_from={orbax_dir}")

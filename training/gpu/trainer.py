@@ -46,6 +46,23 @@ def lora_target_regex(target_modules):
     return r"^(?!.*vision).*\.(" + "|".join(sorted(target_modules)) + r")$"
 
 
+def token_weighted_loss(trainer):
+    """Makes the Trainer pass `num_items_in_batch` to the model, for every Gemma 4 class.
+
+    transformers marks the multimodal Gemma4ForConditionalGeneration (the class of
+    google/gemma-4-31B-it) `accepts_loss_kwargs = False`, for image tokens it may
+    filter out of the loss. The Trainer then averages per-micro-batch means
+    instead of dividing the summed loss by the trained tokens of the whole
+    accumulated batch, as the TPU step does, and TRL's rescaling for
+    `average_tokens_across_devices` then scales the loss with the process count.
+    Text rows have no image token to filter, and the class's forward passes its
+    loss keyword arguments on to the causal-LM loss, which takes
+    `num_items_in_batch`; so the flag is set back.
+    """
+    trainer.model_accepts_loss_kwargs = True
+    return trainer
+
+
 def tie_fused_kv(model, dims):
     """Ties v_proj's lora_A to k_proj's on layers whose K and V Tunix fuses."""
     tied = 0
@@ -213,6 +230,7 @@ def train(config, workdir):
                              run.prepared.sequences),
                          data_collator=views.collate, processing_class=run.tokenizer,
                          callbacks=[callback])
+    token_weighted_loss(trainer)
     if trainer.is_fsdp_enabled:  # on accelerators only (see training_args)
         trainer.add_callback(_AdapterCheckpoints(is_main=rank == 0))
     if rank == 0:

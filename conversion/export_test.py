@@ -38,10 +38,8 @@ CONFIGS = {
 def make_run(directory, **overrides):
     """A fake TPU run on a tiny base: multimodal and sharded, as the real checkpoint is
     (`multimodal=False`: the text-only variant, one file)."""
-    base, dims = tpu_testing.tiny_checkpoint(directory, **overrides)
-    config = tpu_testing.cpu_config()
-    factors = tpu_testing.random_factors(dims, config.lora)
-    run = testing.fake_run(os.path.join(directory, "run"), base, config, factors)
+    base, _ = tpu_testing.tiny_checkpoint(directory, **overrides)
+    run, dims, factors, config = testing.random_run(os.path.join(directory, "run"), base)
     return run, base, dims, factors, config
 
 

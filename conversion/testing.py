@@ -19,6 +19,20 @@ def fake_run(run_dir, base_dir, config, factors, step=10):
     return run_dir
 
 
+def random_run(run_dir, base_dir, seed=0, scale=0.05):
+    """A fake run on `base_dir` with random LoRA factors (non-zero B) of the CPU config.
+
+    Returns (run_dir, dims, factors, config).
+    """
+    from training.formats import base_model  # pylint: disable=import-outside-toplevel
+    from training.formats import gemma4_map  # pylint: disable=import-outside-toplevel
+    from training.tpu import testing as tpu_testing  # pylint: disable=import-outside-toplevel
+    dims = gemma4_map.Dims.from_hf_config(base_model.read_config(base_dir))
+    config = tpu_testing.cpu_config()
+    factors = tpu_testing.random_factors(dims, config.lora, seed=seed, scale=scale)
+    return fake_run(run_dir, base_dir, config, factors), dims, factors, config
+
+
 def read_json(path):
     with open(path) as f:
         return json.load(f)

@@ -23,15 +23,12 @@ rendered prompt, the content as the model generates it after that prompt.
 """
 
 import dataclasses
-import re
-
 import numpy as np
 
 from tools.common import cli
 
 # Private-use code points: no template changes them, no data set contains them.
-_SENTINEL = "\ue000{}\ue001"
-_SENTINEL_RE = re.compile("\ue000(\\d+)\ue001")
+_SENTINEL = "\ue000\ue001"
 
 
 class TemplateError(cli.UserError):
@@ -79,11 +76,11 @@ class ChatEncoder:
                                 "nothing")
         *context, last = messages
         prompt = self._render(context, add_generation_prompt=True)
-        whole = self._render([*context, {**last, "content": _SENTINEL.format(0)}])
-        found = [m for m in _SENTINEL_RE.finditer(whole) if m.group(1) == "0"]
-        if len(found) != 1:
+        whole = self._render([*context, {**last, "content": _SENTINEL}])
+        if whole.count(_SENTINEL) != 1:
             raise TemplateError("the chat template drops or rewrites assistant content")
-        return [(prompt, False), (last["content"], True), (whole[found[0].end():], False)]
+        ending = whole[whole.index(_SENTINEL) + len(_SENTINEL):]
+        return [(prompt, False), (last["content"], True), (ending, False)]
 
     def _render(self, messages, **kwargs):
         return self._tokenizer.apply_chat_template(

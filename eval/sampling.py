@@ -76,8 +76,9 @@ def _extra_body(settings):
     body = {}
     if settings.keep_special_tokens:
         body["skip_special_tokens"] = False
-    if template_kwargs(settings):
-        body["chat_template_kwargs"] = template_kwargs(settings)
+    kwargs = template_kwargs(settings)
+    if kwargs:
+        body["chat_template_kwargs"] = kwargs
     return body or None
 
 

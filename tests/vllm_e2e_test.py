@@ -69,13 +69,8 @@ def _tpu_export(base, directory):
     """conversion's export (adapter and merged) of a fake TPU run with random factors."""
     from conversion import exporting  # pylint: disable=import-outside-toplevel
     from conversion import testing as conversion_testing  # pylint: disable=import-outside-toplevel
-    from training.formats import base_model  # pylint: disable=import-outside-toplevel
-    from training.formats import gemma4_map  # pylint: disable=import-outside-toplevel
-    from training.tpu import testing as tpu_testing  # pylint: disable=import-outside-toplevel
-    dims = gemma4_map.Dims.from_hf_config(base_model.read_config(base))
-    config = tpu_testing.cpu_config()
-    factors = tpu_testing.random_factors(dims, config.lora, seed=3, scale=0.3)
-    run = conversion_testing.fake_run(os.path.join(directory, "run"), base, config, factors)
+    run, _, _, _ = conversion_testing.random_run(os.path.join(directory, "run"), base, seed=3,
+                                                 scale=0.3)
     return exporting.export(run, os.path.join(directory, "export"), progress=False)
 
 

@@ -101,8 +101,8 @@ def tiny_multimodal_config(text_config, tokenizer):
 def build_tiny_model(config, seed=0):
     """Random weights (std 0.02, and non-trivial norms) for `config`, in fp32."""
     torch.manual_seed(seed)
-    cls = (transformers.Gemma4ForConditionalGeneration if isinstance(config, transformers.Gemma4Config)
-           else transformers.Gemma4ForCausalLM)
+    multimodal = isinstance(config, transformers.Gemma4Config)
+    cls = transformers.Gemma4ForConditionalGeneration if multimodal else transformers.Gemma4ForCausalLM
     model = cls(config)
     with torch.no_grad():
         for name, param in model.named_parameters():
@@ -126,11 +126,15 @@ def save_tiny_model(out_dir, tokenizer, seed=0, dtype=torch.float32, multimodal=
     text.bos_token_id = tokenizer.bos_token_id
     eos = tokenizer_lib.end_of_turn_ids(tokenizer)
     text.eos_token_id = eos
-    config = tiny_multimodal_config(text, tokenizer) if multimodal else text
-    config.eos_token_id = eos
+    config = text
+    shards = {}
+    if multimodal:
+        config = tiny_multimodal_config(text, tokenizer)
+        config.eos_token_id = eos
+        shards = {"max_shard_size": SHARD_SIZE}
     model = build_tiny_model(config, seed).to(dtype)
     os.makedirs(out_dir, exist_ok=True)
-    model.save_pretrained(out_dir, max_shard_size=SHARD_SIZE if multimodal else "50GB")
+    model.save_pretrained(out_dir, **shards)
     model.generation_config.eos_token_id = eos
     model.generation_config.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)

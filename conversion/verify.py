@@ -126,7 +126,7 @@ def tunix_logits(base_dir, dims, qwix_factors, alpha, ids, dtype="float32", mesh
     from training.formats import gemma4_map  # pylint: disable=import-outside-toplevel
     from training.formats import lora_map  # pylint: disable=import-outside-toplevel
     from training.tpu import model as model_lib  # pylint: disable=import-outside-toplevel
-    from training.tpu import train_step  # pylint: disable=import-outside-toplevel
+    from training.tpu import forward  # pylint: disable=import-outside-toplevel
     modules = {name.split(".")[3] for name in qwix_factors}
     lora = config_dict.ConfigDict({
         "rank": lora_map.rank_of(qwix_factors), "alpha": alpha, "dropout": 0.0,
@@ -141,8 +141,7 @@ def tunix_logits(base_dir, dims, qwix_factors, alpha, ids, dtype="float32", mesh
     model_lib.set_lora(model, qwix_factors)
     segments = jnp.ones(ids.shape, jnp.int32)
     positions = jnp.tile(jnp.arange(ids.shape[1]), (ids.shape[0], 1))
-    logits, _ = model(jnp.asarray(ids), positions, None, train_step.attention_mask(segments))
-    return np.asarray(logits.astype(jnp.float32))
+    return np.asarray(forward.packed_logits(model, jnp.asarray(ids), positions, segments))
 
 
 def hf_logits(model_dir, ids, adapter_dir=None, dtype="float32", offload_dir=None):

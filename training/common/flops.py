@@ -58,13 +58,16 @@ def mfu(tokens_per_second, flops_per_token_value, chips, peak_flops_per_chip):
     return tokens_per_second * flops_per_token_value / (chips * peak_flops_per_chip)
 
 
-def compiled_flops_per_token(dims, seq_len, lora_rank, tunix_modules, *, remat):
+def compiled_flops_per_token(dims, seq_len, lora_rank, tunix_modules, *, remat,
+                             dense_attention=True):
     """FLOPs per token position that the TPU stack's compiled step executes.
 
     What XLA's cost model should count, unlike `flops_per_token`: attention is
     computed densely over all `seq_len` keys with a mask (causal and window
     savings are not taken), and with remat every decoder layer's forward pass
     runs twice (the output projection and the embedding lookup do not).
+    dense_attention=False: attention runs in a Pallas kernel, which XLA's cost
+    model does not see (training/tpu/forward.py counts it), so it is left out.
     Element-wise work (norms, softmax, RoPE) is left out: well under 1% here.
     """
     embedding = dims.vocab * dims.embed
@@ -74,5 +77,5 @@ def compiled_flops_per_token(dims, seq_len, lora_rank, tunix_modules, *, remat):
     backward = 2 * (layer_params + embedding) + 4 * lora
     recompute = 2 * (layer_params + lora) if remat else 0
     attention = sum(4 * dims.heads * dims.attention(layer)[1] * seq_len
-                    for layer in range(dims.num_layers))
+                    for layer in range(dims.num_layers)) if dense_attention else 0
     return forward + backward + recompute + attention * (4 if remat else 3)

@@ -9,6 +9,11 @@ reports the bytes each chip needs (`memory_analysis`) and the FLOPs and its
 own estimate of the step time (`cost_analysis`). Nothing is allocated: the
 model is built with `nnx.eval_shape`, so 31B costs no memory.
 
+Pallas kernels (splash attention, training/tpu/forward.py) are custom calls
+whose work XLA's cost model does not see: their FLOPs are counted by hand and
+their time at the chips' peak is added to XLA's estimate (`analytic_kernels`
+in each row says so).
+
 XLA's cost model counts the body of a loop once: the accumulation `lax.scan`
 (one micro-batch per iteration) is counted for one micro-batch, so the step's
 FLOPs and time are the counted ones times the accumulation steps (the
@@ -100,6 +105,9 @@ class Setting:
     per_device_batch: int
     effective_batch: int
     remat: bool
+    attention: str = "dense"  # forward.Attention's kernel
+    block: int = 512  # splash's block size
+    loss_chunk: int = 0  # forward.loss_sum's chunk (0: all logits at once)
 
     @property
     def micro_batch(self):
@@ -113,7 +121,9 @@ class Setting:
     def from_config(cls, config):
         return cls(fsdp=config.mesh.fsdp, tp=config.mesh.tp, seq_len=config.data.max_seq_len,
                    per_device_batch=config.batch.per_device_size,
-                   effective_batch=config.batch.effective_size, remat=bool(config.remat))
+                   effective_batch=config.batch.effective_size, remat=bool(config.remat),
+                   attention=config.attention.kernel, block=config.attention.block,
+                   loss_chunk=config.loss_chunk)
 
 
 def _shape_structs(tree, shardings):
@@ -131,6 +141,7 @@ def lower_step(dims, config, setting, devices):
     from flax import nnx  # pylint: disable=import-outside-toplevel
     from jax.sharding import NamedSharding  # pylint: disable=import-outside-toplevel
     from jax.sharding import PartitionSpec as P  # pylint: disable=import-outside-toplevel
+    from training.tpu import forward  # pylint: disable=import-outside-toplevel
     from training.tpu import model as model_lib  # pylint: disable=import-outside-toplevel
     from training.tpu import optimizer as optimizer_lib  # pylint: disable=import-outside-toplevel
     from training.tpu import sharding  # pylint: disable=import-outside-toplevel
@@ -143,6 +154,8 @@ def lower_step(dims, config, setting, devices):
         # Concrete keys, made on the host: compile-only devices hold no arrays.
         model_lib.use_fixed_dropout_keys(model)
     model_lib.enable_remat(model, setting.remat)
+    forward.configure(model, forward.Attention(kernel=setting.attention, block=setting.block,
+                                               mesh=mesh))
     with jax.set_mesh(mesh):
         graphdef, lora, rngs, base = nnx.split(model, nnx.LoRAParam, nnx.RngState, ...)
         base_shardings = nnx.get_named_sharding(base, mesh)
@@ -159,7 +172,8 @@ def lower_step(dims, config, setting, devices):
              for name in packing.FIELDS}
     key = jax.eval_shape(lambda: jax.random.key(0))
     step = train_step.make_step(graphdef, optimizer, lora_shardings=lora_shardings,
-                                opt_shardings=opt_shardings, batch_sharding=batch_sharding)
+                                opt_shardings=opt_shardings, batch_sharding=batch_sharding,
+                                loss_chunk=setting.loss_chunk)
     return step.train.lower(
         lora, _shape_structs(opt_state, opt_shardings), _shape_structs(base, base_shardings),
         jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
@@ -224,12 +238,16 @@ def row(dims, config, setting, machine, measured, *, non_padding_fraction, train
     and the throughput they predict for data with these token fractions."""
     memory = measured["memory"]
     per_chip = memory["argument"] + memory["output"] - memory["alias"] + memory["temp"]
-    step_seconds = measured["optimal_seconds"]
     modules = gemma4_map.tunix_lora_modules(config.lora.target_modules)
     positions = setting.effective_batch * setting.seq_len  # token slots per optimizer step
     per_token = flops_lib.flops_per_token(dims, setting.seq_len, config.lora.rank, modules)
     compiled_per_token = flops_lib.compiled_flops_per_token(
-        dims, setting.seq_len, config.lora.rank, modules, remat=setting.remat)
+        dims, setting.seq_len, config.lora.rank, modules, remat=setting.remat,
+        dense_attention=setting.attention == "dense")
+    kernels = analytic_kernels(dims, setting, machine)
+    # XLA gives a negative time when ops it cannot cost are left in the step.
+    step_seconds = (measured["optimal_seconds"] + sum(k["seconds"] for k in kernels)
+                    if measured["optimal_seconds"] > 0 else 0.0)
     tokens_per_s = positions * non_padding_fraction / step_seconds if step_seconds else None
     hbm = machine.hbm_bytes_per_chip
     return {
@@ -238,15 +256,18 @@ def row(dims, config, setting, machine, measured, *, non_padding_fraction, train
         "mesh": {"fsdp": setting.fsdp, "tp": setting.tp}, "seq_len": setting.seq_len,
         "micro_batch": setting.micro_batch, "accumulation": setting.accumulation,
         "sequences_per_step": setting.effective_batch, "remat": setting.remat,
+        "attention": setting.attention, "attention_block": setting.block,
+        "loss_chunk": setting.loss_chunk,
         "per_chip_bytes": per_chip, "hbm_bytes": hbm,
         "hbm_fraction": per_chip / hbm if hbm else None, "fits": per_chip <= HBM_LIMIT * hbm,
         "memory": memory,
         "planner_bytes": planner_bytes(dims, config, setting),
         "xla_flops": measured["xla_flops"],
         "expected_compiled_flops": compiled_per_token * positions,
+        "xla_optimal_seconds": measured["optimal_seconds"],
         "model_flops": per_token * positions * non_padding_fraction,
         "xla_bytes_accessed": measured["xla_bytes_accessed"],
-        "optimal_seconds": step_seconds,
+        "optimal_seconds": step_seconds,  # XLA's estimate plus the analytic kernels
         "non_padding_fraction": non_padding_fraction, "trained_fraction": trained_fraction,
         "trained_tokens_per_step": positions * trained_fraction,
         "predicted_tokens_per_s": tokens_per_s,
@@ -255,9 +276,23 @@ def row(dims, config, setting, machine, measured, *, non_padding_fraction, train
         "predicted_mfu": (flops_lib.mfu(tokens_per_s, per_token, machine.chips,
                                         machine.peak_flops_per_chip)
                           if tokens_per_s else None),
-        "analytic_kernels": [],  # Pallas kernels XLA cannot see into (none in this step)
+        "analytic_kernels": kernels,
         "compile_seconds": measured["compile_seconds"],
     }
+
+
+def analytic_kernels(dims, setting, machine):
+    """The step's Pallas kernels, which XLA's cost model cannot see into, counted by
+    hand: FLOPs over all chips and their time at the chips' peak (compute-bound
+    at these block sizes, as XLA's own estimate assumes of its matmuls)."""
+    if setting.attention != "splash":
+        return []
+    from training.tpu import forward  # pylint: disable=import-outside-toplevel
+    flops = setting.effective_batch * forward.kernel_flops(dims, setting.seq_len, setting.block,
+                                                           remat=setting.remat)
+    return [{"name": "splash_attention", "flops": flops,
+             "seconds": flops / (machine.chips * machine.peak_flops_per_chip),
+             "counted": "by hand (forward.kernel_flops), at peak"}]
 
 
 def compile_row(dims, config, setting, machine, *, non_padding_fraction, trained_fraction):
@@ -271,7 +306,7 @@ GIB = 2**30
 
 def format_rows(rows):
     """The rows as an aligned text table."""
-    header = ("mesh", "T", "mb x acc", "remat", "GiB/chip", "HBM %", "planner", "tok/s",
+    header = ("mesh", "T", "mb x acc", "remat", "attention", "loss", "GiB/chip", "HBM %", "planner", "tok/s",
               "trained/s", "MFU", "compile s")
     lines = [header]
     for row in rows:
@@ -280,7 +315,8 @@ def format_rows(rows):
             f"{row['mesh']['fsdp']}x{row['mesh']['tp']}" + (" (ref)" if row.get("reference")
                                                               else ""),
             str(row["seq_len"]), f"{row['micro_batch']} x {row['accumulation']}",
-            "yes" if row["remat"] else "no",
+            "yes" if row["remat"] else "no", row["attention"],
+            f"chunk {row['loss_chunk']}" if row["loss_chunk"] else "full",
             f"{row['per_chip_bytes'] / GIB:.2f}",
             f"{100 * row['hbm_fraction']:.0f}%" if row["hbm_fraction"] is not None else "-",
             f"{row['planner_bytes'] / GIB:.2f}",

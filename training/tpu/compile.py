@@ -90,9 +90,11 @@ def _fractions(config, base_name, packing, non_padding, trained):
 
 def reference_setting(setting, chips):
     """The reference's step at the same sequence length, on `chips` chips: tp=4 (fsdp
-    over the rest), one row per replica, 8 padded rows per step."""
+    over the rest), one row per replica, 8 padded rows per step, dense attention and
+    all logits at once."""
     return dataclasses.replace(setting, fsdp=max(1, chips // 4), tp=4, per_device_batch=1,
-                               effective_batch=8, remat=True)
+                               effective_batch=8, remat=True, attention="dense",
+                               loss_chunk=0)
 
 
 def main(argv):

@@ -15,6 +15,13 @@ def tpu_config(recipe, *, model, dtype, fsdp, tp, machine, cpu_devices=0):
     # Multi-host: `auto` on TPU pods; explicit coordinator for local tests.
     c.distributed = config_dict.ConfigDict({
         "auto": False, "coordinator_address": "", "num_processes": 1, "process_id": 0})
+    # The packed forward pass (training/tpu/forward.py). kernel: "dense" (runs
+    # anywhere) or "splash" (Pallas, for TPU; CPU runs it interpreted, slowly);
+    # block: splash's query/key block, dividing the sequence length.
+    c.attention = config_dict.ConfigDict({"kernel": "dense", "block": 512})
+    # > 0: logits (and their float32 softmax) made this many positions at a
+    # time instead of all [micro-batch, T, vocab] at once; 0: all at once.
+    c.loss_chunk = 0
     c.log_every = 1
     c.max_steps = 0  # 0: the whole data set (epochs x rows / effective batch)
     return c

@@ -29,6 +29,7 @@ from tunix.models.gemma4 import model as gemma4
 
 from training.formats import base_model
 from training.formats import gemma4_map
+from training.tpu import forward
 from training.tpu import sharding as sharding_lib
 
 _SKIPPED_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.", "model.embed_vision.",
@@ -116,7 +117,7 @@ def abstract_model(dims, dtype, lora_config=None):
     config = tunix_config(dims, dtype)
 
     def create():
-        model = gemma4.Gemma4(config, rngs=nnx.Rngs(0))
+        model = forward.Gemma4(config, rngs=nnx.Rngs(0))
         if lora_config is None:
             return model
         return qwix.apply_lora_to_model(model, _lora_provider(lora_config),

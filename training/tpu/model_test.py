@@ -13,7 +13,7 @@ from training.tpu import testing  # sets up 8 CPU devices first
 from training.formats import base_model
 from training.formats import gemma4_map
 from training.tpu import model as model_lib
-from training.tpu import train_step
+from training.tpu import forward
 
 # Every size distinct where the architecture allows, so a swapped axis fails. The
 # checkpoints are multimodal (vision tensors skipped) unless `multimodal=False`.
@@ -44,8 +44,8 @@ class LoadTest(parameterized.TestCase):
             want = hf(torch.tensor(ids)).logits.numpy()
         segments = np.ones((2, 40), np.int32)
         positions = np.tile(np.arange(40), (2, 1))
-        got, _ = model(jnp.asarray(ids), jnp.asarray(positions), None,
-                       train_step.attention_mask(jnp.asarray(segments)))
+        got = forward.packed_logits(model, jnp.asarray(ids), jnp.asarray(positions),
+                                    jnp.asarray(segments))
         self.assertLess(float(np.abs(np.asarray(got) - want).max()), 1e-4)
 
     def test_missing_tensor_and_bad_shapes_are_named(self):

@@ -6,8 +6,9 @@ is the cross-entropy summed over trained tokens divided by the trained tokens
 of the *whole effective batch*, the definition both stacks share
 (training/common/recipe.md: Tunix's default averaged per-micro-batch means instead).
 
-Attention never crosses segments: a token attends to earlier tokens of its own
-segment only, and padding (segment 0) to nothing; positions restart per segment.
+The forward pass and the loss are training/tpu/forward.py's: attention never
+crosses segments (dense or splash kernel, `forward.Attention` on the model),
+positions restart per segment, and logits may be made in chunks (`loss_chunk`).
 """
 
 import dataclasses
@@ -17,24 +18,8 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from training.tpu import forward
 from training.tpu import model as model_lib
-
-
-def attention_mask(segment_ids):
-    """[B, T] segment ids -> [B, T, T] causal, same-segment, non-padding mask."""
-    length = segment_ids.shape[-1]
-    causal = jnp.tril(jnp.ones((length, length), dtype=bool))
-    same = segment_ids[:, :, None] == segment_ids[:, None, :]
-    return causal[None] & same & (segment_ids[:, None, :] > 0)
-
-
-def loss_sum(model, batch):
-    """Summed cross-entropy over the trained tokens of one micro-batch."""
-    logits, _ = model(batch["input_ids"], batch["positions"], None,
-                      attention_mask(batch["segment_ids"]))
-    losses = optax.softmax_cross_entropy_with_integer_labels(
-        logits[:, :-1].astype(jnp.float32), batch["input_ids"][:, 1:])
-    return jnp.sum(losses * batch["loss_mask"][:, 1:])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +28,10 @@ class StepFunctions:
     loss: object  # (lora, base, rngs, batch, key) -> summed loss / trained tokens
 
 
-def make_step(graphdef, optimizer, *, lora_shardings, opt_shardings, batch_sharding):
-    """The jitted train step (donating LoRA and optimizer state) and an eval twin."""
+def make_step(graphdef, optimizer, *, lora_shardings, opt_shardings, batch_sharding,
+              loss_chunk=0):
+    """The jitted train step (donating LoRA and optimizer state) and an eval twin;
+    `loss_chunk` as forward.loss_sum's `chunk`."""
 
     def accumulate(lora, base, rngs, batch, key):
         trained = jnp.sum(batch["loss_mask"][:, :, 1:]).astype(jnp.float32)
@@ -56,7 +43,7 @@ def make_step(graphdef, optimizer, *, lora_shardings, opt_shardings, batch_shard
 
             def loss_fn(lora):
                 model = nnx.merge(graphdef, lora, micro_rngs, base)
-                return loss_sum(model, micro_batch) / denominator
+                return forward.loss_sum(model, micro_batch, loss_chunk) / denominator
 
             loss, micro_grads = jax.value_and_grad(loss_fn)(lora)
             return jax.tree.map(jnp.add, grads, micro_grads), loss

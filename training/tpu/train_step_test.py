@@ -5,21 +5,9 @@ from absl.testing import absltest
 
 from training.tpu import testing  # sets up 8 CPU devices first
 # pylint: disable=wrong-import-order
+from training.tpu import forward
 from training.tpu import model as model_lib
-from training.tpu import train_step
 from training.tpu import trainer
-
-
-class AttentionMaskTest(absltest.TestCase):
-
-    def test_causal_within_segments_and_nothing_for_padding(self):
-        mask = np.asarray(train_step.attention_mask(jnp.asarray([[1, 1, 2, 2, 0]])))[0]
-        np.testing.assert_array_equal(mask.astype(int), [
-            [1, 0, 0, 0, 0],
-            [1, 1, 0, 0, 0],
-            [0, 0, 1, 0, 0],
-            [0, 0, 1, 1, 0],
-            [0, 0, 0, 0, 0]])
 
 
 class LossTest(absltest.TestCase):
@@ -54,7 +42,7 @@ class LossTest(absltest.TestCase):
 
         def loss(rows):
             batch = {k: jnp.asarray(np.stack([r[k] for r in rows])) for k in rows[0]}
-            return float(train_step.loss_sum(self.model, batch))
+            return float(forward.loss_sum(self.model, batch))
 
         packed = loss([row([a, b])])
         separate = loss([row([a])]) + loss([row([b])])

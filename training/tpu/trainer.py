@@ -24,6 +24,7 @@ from training.common import lifecycle
 from training.common import run_dir as run_dir_lib
 from training.formats import orbax_lora
 from training.tpu import checkpoints as checkpoints_lib
+from training.tpu import forward
 from training.tpu import mesh_plan
 from training.tpu import model as model_lib
 from training.tpu import optimizer as optimizer_lib
@@ -96,6 +97,12 @@ class State:
     step: train_step.StepFunctions
 
 
+def attention(config, mesh):
+    """The config's attention kernel on `mesh` (splash is interpreted off TPU)."""
+    return forward.Attention(kernel=config.attention.kernel, block=config.attention.block,
+                             interpret=mesh.devices.flat[0].platform != "tpu", mesh=mesh)
+
+
 def build_state(base_dir, dims, mesh, config, total_steps):
     """Loads the base, adds LoRA, places LoRA and optimizer state, jits the step."""
     started = time.time()
@@ -104,6 +111,7 @@ def build_state(base_dir, dims, mesh, config, total_steps):
         # An Orbax LoRA state: a checkpoint step or //conversion:import_adapter's output.
         model_lib.set_lora(model, orbax_lora.read(config.lora.init_from))
     model_lib.enable_remat(model, config.remat)
+    forward.configure(model, attention(config, mesh))
     graphdef, lora, rngs, base = nnx.split(model, nnx.LoRAParam, nnx.RngState, ...)
     log.info("base model loaded and LoRA added in %.1fs: %d LoRA tensors",
              time.time() - started, len(nnx.to_flat_state(lora)))
@@ -115,7 +123,8 @@ def build_state(base_dir, dims, mesh, config, total_steps):
     opt_state = jax.jit(optimizer.init, out_shardings=opt_shardings)(lora)
     batch_sharding = NamedSharding(mesh, P(None, "fsdp", None))
     step = train_step.make_step(graphdef, optimizer, lora_shardings=lora_shardings,
-                                opt_shardings=opt_shardings, batch_sharding=batch_sharding)
+                                opt_shardings=opt_shardings, batch_sharding=batch_sharding,
+                                loss_chunk=config.loss_chunk)
     return State(lora, opt_state, base, rngs, lora_shardings, opt_shardings, batch_sharding,
                  step)
 

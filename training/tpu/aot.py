@@ -192,7 +192,7 @@ def cost(compiled):
 def planner_bytes(dims, config, setting):
     return mesh_plan.config_estimate(
         dims, config, mesh_plan.Mesh(setting.fsdp, setting.tp), seq_len=setting.seq_len,
-        micro_batch=setting.micro_batch, remat=setting.remat)["total"]
+        micro_batch=setting.micro_batch, remat=setting.remat, attention=setting.attention)["total"]
 
 
 def compile_step(dims, config, setting, machine):

@@ -1,8 +1,10 @@
 """The TPU step compiled ahead of time for v5p-8 (libtpu, no TPU): bytes and FLOPs.
 
 The 31B test compiles two layers of the real model (one sliding, one K = V
-global; every width real, sequence length 3072, the reference's micro-batch
-1 x 8 on tp=4) and holds XLA to the planner and to flops.py.
+global; every width real, sequence length 3072) with v5p8.py's settings
+(tp=4, micro-batch 2 x 4, splash attention, no remat) and holds XLA to the
+planner and to flops.py; the binary's test compiles the reference's settings
+(dense attention, remat) on small widths.
 """
 
 import dataclasses
@@ -52,20 +54,16 @@ class CompileTest(absltest.TestCase):
         self.assertTrue(dims.k_eq_v_global)
         self.assertEqual(dims.layer_types.count(gemma4_map.GLOBAL), 10)
 
-    def test_31b_two_layers_on_v5p8_agree_with_planner_and_flops(self):
-        dims = real_31b([0, 5])
-        config = v5p8.get_config()
-        setting = aot.Setting.from_config(config)
-        self.assertEqual((setting.fsdp, setting.tp, setting.micro_batch, setting.accumulation,
-                          setting.seq_len), (1, 4, 1, 8, 3072))
-        row = aot.compile_row(dims, config, setting, V5P8, non_padding_fraction=0.3,
-                              trained_fraction=0.2)
+    def check_31b_two_layers(self, setting):
+        row = aot.compile_row(real_31b([0, 5]), v5p8.get_config(), setting, V5P8,
+                              non_padding_fraction=0.3, trained_fraction=0.2)
         print(json.dumps(row, indent=1))
         self.assertEqual(row["topology"], "v5p:2x2x1")
         self.assertTrue(row["fits"])
-        # FLOPs: flops.py's count of what the compiled step executes (dense
-        # masked attention, remat's second forward pass) leaves out only the
-        # element-wise work (norms, softmax, RoPE, the optimizer), under 2%.
+        # FLOPs: flops.py's count of what the compiled step executes (attention
+        # dense over all keys, or left to the Pallas kernel XLA does not see;
+        # remat's second forward pass) leaves out only the element-wise work
+        # (norms, softmax, RoPE, the optimizer): under 2%.
         self.assertAlmostEqual(row["xla_flops"] / row["expected_compiled_flops"], 1.0, delta=0.02)
         # Bytes: the planner is a formula, not a simulation of XLA's buffer
         # assignment; within 15% of XLA's per-chip total it sizes runs safely
@@ -73,6 +71,19 @@ class CompileTest(absltest.TestCase):
         self.assertAlmostEqual(row["planner_bytes"] / row["per_chip_bytes"], 1.0, delta=0.15)
         self.assertGreater(row["optimal_seconds"], 0)
         self.assertGreater(row["predicted_mfu"], 0)
+        return row
+
+    def test_31b_two_layers_on_v5p8_agree_with_planner_and_flops(self):
+        setting = aot.Setting.from_config(v5p8.get_config())
+        self.assertEqual((setting.fsdp, setting.tp, setting.micro_batch, setting.accumulation,
+                          setting.seq_len, setting.attention, setting.remat),
+                         (1, 4, 2, 4, 3072, "splash", False))
+        row = self.check_31b_two_layers(setting)
+        # Splash attention is a Pallas kernel: counted by hand, its time added.
+        [kernel] = row["analytic_kernels"]
+        self.assertEqual(kernel["name"], "splash_attention")
+        self.assertAlmostEqual(row["optimal_seconds"],
+                               row["xla_optimal_seconds"] + kernel["seconds"])
 
     def test_the_scan_body_is_counted_once(self):
         # compile_row multiplies XLA's counts by the accumulation steps: true
@@ -135,6 +146,11 @@ class CompileTest(absltest.TestCase):
                 ours["predicted_trained_tokens_per_s"] / reference[
                     "predicted_trained_tokens_per_s"])
             self.assertIn("ours / reference", done.stdout)
+            # The reference: dense attention, all logits; ours: v5p8.py's splash kernel.
+            self.assertEqual((reference["attention"], reference["loss_chunk"], ours["attention"]),
+                             ("dense", 0, "splash"))
+            self.assertEqual(reference["analytic_kernels"], [])
+            self.assertIn("counted by hand", done.stdout)
 
 
 if __name__ == "__main__":

@@ -81,38 +81,52 @@ def check(mesh, dims, num_devices, batch_per_step=None):
 GIB = 1024**3
 
 
+# Calibration of the activation terms against XLA's buffer assignment for the
+# 31B widths on v5p-8 (README, "The 31B step compiled"): how many tensors of
+# each kind a layer keeps for its backward pass, and the bytes per logit.
+STREAM_TENSORS = 5  # fp32 [tokens, D]: norms compute in fp32; D is not split over tp
+MLP_TENSORS = 3  # [tokens, F / tp] in the base dtype: gate, up and their product
+LOGIT_BYTES = 1  # per [token, vocab / tp] entry: XLA never holds all logits in fp32
+GATHERED_COPIES = 3  # with fsdp > 1: all-gathered copies of the embedding and a layer
+
+
 def hbm_estimate(dims, mesh, *, seq_len, micro_batch, base_bytes, lora_rank, tunix_modules,
-                 remat=True):
+                 remat=True, attention="dense"):
     """Bytes per chip by component: base weights, LoRA, optimizer state, activations.
 
     A planning figure, checked against XLA's own buffer assignment for the
     real 31B widths (training/tpu/compile_test.py, //training/tpu:compile):
     weights and LoRA are split over all chips (LoRA factors in float32); Adam
     keeps two float32 moments and the gradients one copy of the LoRA factors.
-    With remat every layer keeps two B x T x D tensors (its input and the
-    residual stream) and one layer at a time holds its live activations: six
-    fp32 copies of the attention scores (scores, masked scores, probabilities
-    and their gradients; heads split over tp, dense T x T as the step computes
-    them) and the MLP's three hidden tensors. The output projection holds its
-    logits and their gradient in fp32, split over tp.
+    A layer's backward pass needs `STREAM_TENSORS` fp32 D-wide tensors,
+    `MLP_TENSORS` MLP hidden tensors and, with dense attention, one fp32 copy
+    of its T x T scores (heads split over tp; splash attention keeps none).
+    Without remat every layer keeps that; with remat every layer keeps only
+    its input and one layer at a time is recomputed. The output projection
+    adds `LOGIT_BYTES` per logit. With fsdp > 1, weights are all-gathered
+    before use: `GATHERED_COPIES` of the embedding and one layer, split over tp.
     """
     chips = mesh.devices
-    local_batch = micro_batch / mesh.fsdp
-    tokens = local_batch * seq_len
+    tokens = micro_batch / mesh.fsdp * seq_len  # token positions per chip
     lora = lora_parameter_count(dims, lora_rank, tunix_modules)
-    kept_per_layer = tokens * dims.embed * base_bytes / mesh.tp
-    attention_scores = 6 * tokens * seq_len * dims.heads * 4 / mesh.tp
-    mlp = 3 * tokens * dims.mlp * base_bytes / mesh.tp
-    layer_live = attention_scores + mlp + 8 * kept_per_layer
-    activations = (2 * dims.num_layers * kept_per_layer + layer_live if remat
-                   else dims.num_layers * layer_live)
-    logits = 2 * tokens * dims.vocab * 4 / mesh.tp
+    scores = tokens * seq_len * dims.heads * 4 / mesh.tp if attention == "dense" else 0
+    layer = (STREAM_TENSORS * tokens * dims.embed * 4
+             + MLP_TENSORS * tokens * dims.mlp * base_bytes / mesh.tp + scores)
+    if remat:
+        activations = dims.num_layers * tokens * dims.embed * base_bytes + layer
+    else:
+        activations = dims.num_layers * layer
+    logits = LOGIT_BYTES * tokens * dims.vocab / mesh.tp
+    one_layer = (parameter_count(dims) - dims.vocab * dims.embed) / dims.num_layers
+    gathered = (GATHERED_COPIES * (dims.vocab * dims.embed + one_layer) * base_bytes / mesh.tp
+                if mesh.fsdp > 1 else 0)
     parts = {
         "base_weights": parameter_count(dims) * base_bytes / chips,
         "lora": lora * 4 / chips,  # float32 factors
         "gradients": lora * 4 / chips,
         "optimizer_state": 2 * lora * 4 / chips,
         "activations": activations + logits,
+        "gathered_weights": gathered,
     }
     parts["total"] = sum(parts.values())
     return parts
@@ -121,12 +135,13 @@ def hbm_estimate(dims, mesh, *, seq_len, micro_batch, base_bytes, lora_rank, tun
 BYTES = {"bfloat16": 2, "float32": 4}
 
 
-def config_estimate(dims, config, mesh, *, seq_len, micro_batch, remat):
+def config_estimate(dims, config, mesh, *, seq_len, micro_batch, remat, attention):
     """hbm_estimate for a TPU training config's dtype and LoRA."""
     return hbm_estimate(
         dims, mesh, seq_len=seq_len, micro_batch=micro_batch,
         base_bytes=BYTES[config.model.dtype], lora_rank=config.lora.rank,
-        tunix_modules=gemma4_map.tunix_lora_modules(config.lora.target_modules), remat=remat)
+        tunix_modules=gemma4_map.tunix_lora_modules(config.lora.target_modules), remat=remat,
+        attention=attention)
 
 
 def format_estimate(parts, hbm_bytes=None):
@@ -141,6 +156,7 @@ def check_fits(parts, hbm_bytes):
     if hbm_bytes and parts["total"] > hbm_bytes:
         raise MeshError("the run does not fit in HBM: estimated per chip\n" +
                         format_estimate(parts, hbm_bytes) +
-                        "\nLower the sequence length or micro-batch, enable remat, or use "
+                        "\nLower the sequence length or micro-batch, enable remat, use splash "
+                        "attention (--config.attention.kernel=splash), or use "
                         "more chips.")
 

@@ -57,6 +57,17 @@ class MeshPlanTest(absltest.TestCase):
             GEMMA4_31B, mesh_plan.Mesh(1, 4), seq_len=3072, micro_batch=1, base_bytes=2,
             lora_rank=64, tunix_modules=TARGETS, remat=False)
         self.assertGreater(without_remat["activations"], parts["activations"])
+        splash = mesh_plan.hbm_estimate(
+            GEMMA4_31B, mesh_plan.Mesh(1, 4), seq_len=3072, micro_batch=1, base_bytes=2,
+            lora_rank=64, tunix_modules=TARGETS, remat=False, attention="splash")
+        # Splash keeps no T x T scores: one fp32 [T, T] per 8 local heads per layer.
+        self.assertAlmostEqual(without_remat["activations"] - splash["activations"],
+                               60 * 3072 * 3072 * 8 * 4, delta=1)
+        self.assertEqual(parts["gathered_weights"], 0)
+        two_hosts = mesh_plan.hbm_estimate(
+            GEMMA4_31B, mesh_plan.Mesh(2, 4), seq_len=3072, micro_batch=2, base_bytes=2,
+            lora_rank=64, tunix_modules=TARGETS)
+        self.assertGreater(two_hosts["gathered_weights"], 0)  # fsdp all-gathers weights
 
     def test_reference_mfu_is_about_five_percent(self):
         per_token = flops.flops_per_token(GEMMA4_31B, 3072, 64, TARGETS)

@@ -9,7 +9,7 @@ text-model tensor used; vision-tower tensors of multimodal checkpoints are
 skipped.
 
 LoRA: Qwix adds `*_lora_a` / `*_lora_b` factors to the target einsums and
-kernels. Its dropout draws keys from an `nnx.Rngs` stream, which Tunix's
+kernels. Its dropout draws keys from an `nnx.Rngs` stream, which the
 per-layer remat (nnx.remat without graph updates) forbids from advancing; each
 LoRA module therefore gets its own stream that returns a fixed key, and the
 trainer sets those keys from (seed, step, micro-step) before every forward pass.
@@ -208,7 +208,8 @@ def use_fixed_dropout_keys(model):
 
 
 def enable_remat(model, remat):
-    """Rematerializes every decoder layer in the backward pass (Tunix's DECODER remat)."""
+    """Rematerializes every decoder layer in the backward pass (Tunix's DECODER setting,
+    which the packed forward pass of training/tpu/forward.py follows)."""
     model.config.remat_config = gemma4.RematConfig.DECODER if remat else gemma4.RematConfig.NONE
 
 

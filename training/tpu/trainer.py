@@ -69,7 +69,7 @@ def plan(run, num_devices):
     mesh_plan.check(mesh, run.dims, num_devices, micro_batch)
     estimate = mesh_plan.config_estimate(
         run.dims, config, mesh, seq_len=config.data.max_seq_len, micro_batch=micro_batch,
-        remat=config.remat)
+        remat=config.remat, attention=config.attention.kernel)
     hbm = run.machine.hbm_bytes_per_chip
     log.info("mesh (fsdp=%d, tp=%d), micro-batch %d x %d accumulation steps; HBM estimate "
              "per chip:\n%s", mesh.fsdp, mesh.tp, micro_batch, run.accumulation,

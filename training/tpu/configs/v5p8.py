@@ -26,4 +26,8 @@ def get_config():
         hparams.reference(), model="google/gemma-4-31B-it", dtype="bfloat16",
         fsdp=1, tp=4, machine="tpu-v5p-8")
     c.data.packing = True
+    c.attention.kernel = "splash"
+    c.attention.block = 512
+    c.remat = False
+    c.batch.per_device_size = 2  # 2 sequences per pass (fsdp=1), 4 accumulation steps
     return c

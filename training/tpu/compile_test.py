@@ -92,7 +92,7 @@ class CompileTest(absltest.TestCase):
         costs = []
         for accumulation in (1, 4):
             setting = dataclasses.replace(aot.Setting.from_config(config), seq_len=256,
-                                          effective_batch=accumulation)
+                                          per_device_batch=1, effective_batch=accumulation)
             lowered = aot.lower_step(small_dims(), config, setting,
                                         aot.topology_devices(V5P8.topology))
             costs.append(aot.cost(lowered.compile())["flops"])

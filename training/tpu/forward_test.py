@@ -2,6 +2,8 @@
 attention (outputs and gradients, Pallas interpret mode on CPU), the chunked
 loss equals the full one, and the splash kernels' FLOPs are counted right."""
 
+import tempfile
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -122,7 +124,8 @@ class ModelTest(absltest.TestCase):
     def setUpClass(cls):
         super().setUpClass()
         path, cls.dims = testing.tiny_checkpoint(
-            absltest.get_default_test_tmpdir(), multimodal=False, num_hidden_layers=2,
+            tempfile.mkdtemp(dir=absltest.get_default_test_tmpdir()), multimodal=False,
+            num_hidden_layers=2,
             layer_types=[gemma4_map.SLIDING, gemma4_map.GLOBAL])
         lora = config_dict.ConfigDict({
             "rank": 4, "alpha": 8.0, "dropout": 0.0,

@@ -154,8 +154,7 @@ def lower_step(dims, config, setting, devices):
         # Concrete keys, made on the host: compile-only devices hold no arrays.
         model_lib.use_fixed_dropout_keys(model)
     model_lib.enable_remat(model, setting.remat)
-    forward.configure(model, forward.Attention(kernel=setting.attention, block=setting.block,
-                                               mesh=mesh))
+    forward.configure(model, forward.Attention.on_mesh(setting.attention, setting.block, mesh))
     with jax.set_mesh(mesh):
         graphdef, lora, rngs, base = nnx.split(model, nnx.LoRAParam, nnx.RngState, ...)
         base_shardings = nnx.get_named_sharding(base, mesh)
@@ -306,8 +305,8 @@ GIB = 2**30
 
 def format_rows(rows):
     """The rows as an aligned text table."""
-    header = ("mesh", "T", "mb x acc", "remat", "attention", "loss", "GiB/chip", "HBM %", "planner", "tok/s",
-              "trained/s", "MFU", "compile s")
+    header = ("mesh", "T", "mb x acc", "remat", "attention", "loss", "GiB/chip", "HBM %",
+              "planner", "tok/s", "trained/s", "MFU", "compile s")
     lines = [header]
     for row in rows:
         mfu = row["predicted_mfu"]

@@ -60,6 +60,13 @@ class Attention:
     interpret: bool = False  # splash: Pallas interpret mode (CPU)
     mesh: jax.sharding.Mesh | None = None  # splash: shard_map over ("fsdp", "tp")
 
+    @classmethod
+    def on_mesh(cls, kernel, block, mesh):
+        """`kernel` on `mesh`, interpreted unless the mesh's devices are TPUs (compile-only
+        TPU devices included)."""
+        return cls(kernel=kernel, block=block, mesh=mesh,
+                   interpret=mesh.devices.flat[0].platform != "tpu")
+
     def __post_init__(self):
         if self.kernel not in KERNELS:
             raise ForwardError(f"attention kernel {self.kernel!r}: one of {', '.join(KERNELS)}")

@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from absl.testing import absltest
+from flax import nnx
 from ml_collections import config_dict
 
 from training.tpu import testing  # sets up 8 CPU devices first
@@ -144,7 +145,6 @@ class ModelTest(absltest.TestCase):
 
     @classmethod
     def loss_and_grads(cls, attention, chunk=0):
-        from flax import nnx  # pylint: disable=import-outside-toplevel
         forward.configure(cls.model, attention)
         graphdef, lora, rest = nnx.split(cls.model, nnx.LoRAParam, ...)
 

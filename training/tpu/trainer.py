@@ -97,12 +97,6 @@ class State:
     step: train_step.StepFunctions
 
 
-def attention(config, mesh):
-    """The config's attention kernel on `mesh` (splash is interpreted off TPU)."""
-    return forward.Attention(kernel=config.attention.kernel, block=config.attention.block,
-                             interpret=mesh.devices.flat[0].platform != "tpu", mesh=mesh)
-
-
 def build_state(base_dir, dims, mesh, config, total_steps):
     """Loads the base, adds LoRA, places LoRA and optimizer state, jits the step."""
     started = time.time()
@@ -111,7 +105,8 @@ def build_state(base_dir, dims, mesh, config, total_steps):
         # An Orbax LoRA state: a checkpoint step or //conversion:import_adapter's output.
         model_lib.set_lora(model, orbax_lora.read(config.lora.init_from))
     model_lib.enable_remat(model, config.remat)
-    forward.configure(model, attention(config, mesh))
+    forward.configure(model, forward.Attention.on_mesh(config.attention.kernel,
+                                                       config.attention.block, mesh))
     graphdef, lora, rngs, base = nnx.split(model, nnx.LoRAParam, nnx.RngState, ...)
     log.info("base model loaded and LoRA added in %.1fs: %d LoRA tensors",
              time.time() - started, len(nnx.to_flat_state(lora)))

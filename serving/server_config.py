@@ -6,8 +6,6 @@ settings, LoRA limits and the benchmark sweep. The machine's price comes from
 the machine table (`dollars_per_hour`).
 """
 
-import json
-
 from ml_collections import config_dict
 
 from tools.common import cli
@@ -22,10 +20,6 @@ IMAGES = {
     "tpu": "vllm/vllm-tpu@sha256:19a1a0526476f902eb83e1057f3d8938f35b457dd7716a30e9ab4f7bee90d507",
     "gpu": "vllm/vllm-openai@sha256:61fc8a896b0a4fbbbdc063bc4b0dbc25ce98e02b5050c24aeb7830ac02039b14",
 }
-
-
-# vLLM's class for Gemma 4 text, multimodal checkpoints included (config.text_only).
-TEXT_ONLY_CLASS = "Gemma4ForCausalLM"
 
 
 def env(values):
@@ -45,11 +39,6 @@ def base(*, machine, tensor_parallel_size, max_model_len):
     c.enable_chunked_prefill = True
     c.disable_chunked_mm_input = False
     c.attention_backend = ""
-    # Serve a multimodal Gemma 4 checkpoint with vLLM's text-only class
-    # (Gemma4ForCausalLM), which skips the vision tower and maps the multimodal
-    # names (and LoRA names) `model.language_model.*` onto it. Off: the class the
-    # checkpoint names.
-    c.text_only = False
     c.max_lora_rank = 64
     c.max_loras = 4
     c.startup_timeout_s = 900
@@ -89,8 +78,6 @@ def vllm_args(config, model, adapters, host, port, served_model_name=None):
         args.append("--disable-chunked-mm-input")
     if config.attention_backend:
         args += ["--attention-backend", config.attention_backend]
-    if config.text_only:
-        args += ["--hf-overrides", json.dumps({"architectures": [TEXT_ONLY_CLASS]})]
     if adapters:
         for name, path in adapters.items():
             rank = adapter.read_config(path)["r"]

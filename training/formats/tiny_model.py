@@ -16,7 +16,8 @@ soft-cap. Only the sizes shrink. Head dims 64 / 128 are ones vLLM's CPU
 attention takes.
 
 `save_tiny_model` writes a Hugging Face model directory (config.json,
-safetensors, generation_config.json, tokenizer files), the form every stage
+safetensors, generation_config.json, tokenizer files, and for the multimodal
+base the real checkpoint's processor_config.json), the form every stage
 reads a base model in; `ensure` writes the one a CPU run starts from. Run as a
 module (`python -m training.formats.tiny_model DIR`) it lets another
 environment write one: the serving binary asks the vLLM environment, so that
@@ -24,6 +25,7 @@ serving itself never imports torch.
 """
 
 import argparse
+import json
 import os
 
 import torch
@@ -70,6 +72,33 @@ TINY_VISION = dict(
 )
 # The shards of the multimodal save: a few, as the real checkpoint has many.
 SHARD_SIZE = "2MB"
+
+
+def processor_config(soft_tokens):
+    """processor_config.json as the real checkpoint lays it out, `soft_tokens` per image.
+
+    The real values (Gemma 4's published processor: unnormalized pixels
+    rescaled by 1/255, 16-pixel patches pooled 3 x 3, bicubic resampling; 70
+    soft tokens and 32 frames per video; 40 ms of audio per token) except the
+    image budget, 280 tokens there and the tiny vision tower's here.
+    """
+    pixels = {"do_convert_rgb": True, "do_rescale": True, "do_resize": True,
+              "image_mean": [0.0, 0.0, 0.0], "image_std": [1.0, 1.0, 1.0],
+              "patch_size": 16, "pooling_kernel_size": 3, "resample": 3,
+              "rescale_factor": 1.0 / 255.0}
+    return {
+        "processor_class": "Gemma4Processor",
+        "image_seq_length": soft_tokens,
+        "audio_ms_per_token": 40,
+        "audio_seq_length": 750,
+        "image_processor": {**pixels, "image_processor_type": "Gemma4ImageProcessor",
+                            "do_normalize": False, "image_seq_length": soft_tokens,
+                            "max_soft_tokens": soft_tokens},
+        "video_processor": {**pixels, "video_processor_type": "Gemma4VideoProcessor",
+                            "do_normalize": True, "do_sample_frames": True,
+                            "max_soft_tokens": 70, "num_frames": 32, "return_metadata": False},
+        "feature_extractor": {"feature_extractor_type": "Gemma4AudioFeatureExtractor"},
+    }
 
 
 def tiny_config(vocab_size, **overrides):
@@ -138,6 +167,9 @@ def save_tiny_model(out_dir, tokenizer, seed=0, dtype=torch.float32, multimodal=
     model.generation_config.eos_token_id = eos
     model.generation_config.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
+    if multimodal:  # what vLLM's multimodal class builds its image processor from
+        with open(os.path.join(out_dir, "processor_config.json"), "w") as f:
+            json.dump(processor_config(TINY_VISION["default_output_length"]), f, indent=2)
     return out_dir
 
 

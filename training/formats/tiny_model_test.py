@@ -45,6 +45,15 @@ class TinyModelTest(absltest.TestCase):
         with open(os.path.join(self.multimodal, "generation_config.json")) as f:
             self.assertEqual(json.load(f)["eos_token_id"],
                              tokenizer_lib.end_of_turn_ids(self.tokenizer))
+        # The processor vLLM's multimodal class builds: one image fills the
+        # vision tower's soft tokens (//tests:vllm_e2e_test serves images).
+        with open(os.path.join(self.multimodal, "processor_config.json")) as f:
+            processor = json.load(f)
+        self.assertEqual(processor["processor_class"], "Gemma4Processor")
+        for budget in (processor["image_seq_length"],
+                       processor["image_processor"]["max_soft_tokens"]):
+            self.assertEqual(budget, config["vision_soft_tokens_per_image"])
+        self.assertFalse(os.path.exists(os.path.join(self.text, "processor_config.json")))
 
     def test_transformers_loads_the_real_class(self):
         model = transformers.AutoModelForImageTextToText.from_pretrained(

@@ -58,14 +58,11 @@ class ExportTest(parameterized.TestCase):
         run, base, dims, factors, config = make_run(directory, **overrides)
         out = os.path.join(directory, "export")
         written = exporting.export(run, out, progress=False)
-        differences = verify.compare(base, dims, factors, config.lora.alpha,
-                                     written["adapter"], written["merged"])
+        differences, effect = verify.compare(base, dims, factors, config.lora.alpha,
+                                             written["adapter"], written["merged"])
         self.assertLess(max(differences.values()), 1e-4, differences)
         # The LoRA is far from zero: the base alone disagrees visibly.
-        ids = verify.tokens(dims.vocab, base_model.media_token_ids(base_model.read_config(base)))
-        plain = verify.hf_logits(base, ids)
-        merged = verify.hf_logits(written["merged"], ids)
-        self.assertGreater(float(np.abs(plain - merged).max()), 1e-2)
+        self.assertGreater(effect, 1e-2)
 
     def test_verify_at_scale_settings(self):
         # bfloat16 on a 2 x 4 mesh: within the bfloat16 tolerance, and a wrong export
@@ -73,11 +70,14 @@ class ExportTest(parameterized.TestCase):
         directory = self.create_tempdir().full_path
         run, base, dims, factors, config = make_run(directory)
         written = exporting.export(run, os.path.join(directory, "export"), progress=False)
-        bf16 = verify.compare(base, dims, factors, config.lora.alpha, written["adapter"],
-                              written["merged"], "bfloat16", (2, 4))
-        wrong = verify.compare(base, dims, factors, config.lora.alpha, written["adapter"],
-                               base, "bfloat16", (2, 4))
-        print(json.dumps({"bfloat16": bf16, "merged replaced by the base": wrong}))
+        bf16, effect = verify.compare(base, dims, factors, config.lora.alpha,
+                                      written["adapter"], written["merged"], "bfloat16", (2, 4))
+        wrong, _ = verify.compare(base, dims, factors, config.lora.alpha, written["adapter"],
+                                  base, "bfloat16", (2, 4))
+        print(json.dumps({"bfloat16": bf16, "merged replaced by the base": wrong,
+                          "adapter's effect": effect}))
+        # The base in bfloat16 is as far from the adapter as a wrong export says.
+        self.assertAlmostEqual(effect, wrong["hf_peft vs hf_merged"], delta=0.05 * effect)
         self.assertLess(max(bf16.values()), verify.TOLERANCES["bfloat16"])
         self.assertGreater(wrong["tunix_lora vs hf_merged"], 2 * verify.TOLERANCES["bfloat16"])
         # What each model needs, said before loading; a host too small is refused.

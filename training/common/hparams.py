@@ -93,6 +93,9 @@ def gradient_accumulation_steps(batch, data_parallel_size):
     whose effective batch does not split that way is rejected.
     """
     per_step = batch.per_device_size * data_parallel_size
+    if batch.effective_size <= 0:
+        raise RecipeError(f"effective batch {batch.effective_size}: it must be positive "
+                          "(--config.batch.effective_size)")
     if per_step <= 0 or batch.effective_size % per_step:
         raise RecipeError(
             f"effective batch {batch.effective_size} is not a multiple of "

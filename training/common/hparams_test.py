@@ -27,6 +27,10 @@ class HparamsTest(absltest.TestCase):
         c = hparams.reference()
         with self.assertRaisesRegex(hparams.RecipeError, "not a multiple"):
             hparams.gradient_accumulation_steps(c.batch, 3)
+        # 0 divides evenly, into zero micro-steps: refused by name.
+        c.batch.effective_size = 0
+        with self.assertRaisesRegex(hparams.RecipeError, "effective batch 0: it must be positive"):
+            hparams.gradient_accumulation_steps(c.batch, 1)
 
 
 if __name__ == "__main__":

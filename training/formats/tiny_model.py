@@ -163,6 +163,10 @@ def save_tiny_model(out_dir, tokenizer, seed=0, dtype=torch.float32, multimodal=
         shards = {"max_shard_size": SHARD_SIZE}
     model = build_tiny_model(config, seed).to(dtype)
     os.makedirs(out_dir, exist_ok=True)
+    for name in os.listdir(out_dir):  # an earlier save's weights, index or processor
+        if name.startswith("model") and name.endswith((".safetensors", ".index.json")) \
+                or name == "processor_config.json":
+            os.remove(os.path.join(out_dir, name))
     model.save_pretrained(out_dir, **shards)
     model.generation_config.eos_token_id = eos
     model.generation_config.save_pretrained(out_dir)

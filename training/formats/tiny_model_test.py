@@ -55,6 +55,16 @@ class TinyModelTest(absltest.TestCase):
             self.assertEqual(budget, config["vision_soft_tokens_per_image"])
         self.assertFalse(os.path.exists(os.path.join(self.text, "processor_config.json")))
 
+    def test_a_save_over_another_leaves_nothing_of_it(self):
+        directory = os.path.join(self.create_tempdir().full_path, "base")
+        tiny_model.save_tiny_model(directory, self.tokenizer)  # sharded, with an index
+        tiny_model.save_tiny_model(directory, self.tokenizer, multimodal=False)
+        self.assertEqual(sorted(n for n in os.listdir(directory) if n.startswith("model")),
+                         ["model.safetensors"])
+        self.assertFalse(os.path.exists(os.path.join(directory, "processor_config.json")))
+        model = transformers.AutoModelForCausalLM.from_pretrained(directory)
+        self.assertEqual(type(model).__name__, "Gemma4ForCausalLM")
+
     def test_transformers_loads_the_real_class(self):
         model = transformers.AutoModelForImageTextToText.from_pretrained(
             self.multimodal, dtype=torch.float32)

@@ -23,6 +23,7 @@ aot.use_libtpu()  # before JAX starts
 from absl.testing import absltest
 
 from tools.common import machines
+from training.common import hparams
 from training.formats import base_model
 from training.formats import gemma4_map
 from training.tpu import mesh_plan
@@ -107,6 +108,17 @@ class CompileTest(absltest.TestCase):
                 aot.compile_row(real_31b(range(60)), config, setting,
                                 machines.get("tpu-v5p-16"), non_padding_fraction=1.0,
                                 trained_fraction=1.0)
+
+    def test_a_batch_that_does_not_split_is_refused_before_any_compile(self):
+        config = v5p8.get_config()
+        for effective in (4, 0):  # under one micro-batch of 2 x 4; none at all
+            setting = dataclasses.replace(aot.Setting.from_config(config), fsdp=4, tp=1,
+                                          effective_batch=effective)
+            with mock.patch.object(aot, "lower_step", side_effect=AssertionError("compiled")):
+                with self.assertRaisesRegex(hparams.RecipeError, f"effective batch {effective}"):
+                    aot.compile_row(real_31b(range(60)), config, setting,
+                                    machines.get("tpu-v5p-16"), non_padding_fraction=1.0,
+                                    trained_fraction=1.0)
 
     def test_binary_writes_compile_json_and_compares_with_the_reference(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -172,18 +172,32 @@ def save_tiny_model(out_dir, tokenizer, seed=0, dtype=torch.float32, multimodal=
     model.generation_config.save_pretrained(out_dir)
     tokenizer.save_pretrained(out_dir)
     if multimodal:  # what vLLM's multimodal class builds its image processor from
-        with open(os.path.join(out_dir, "processor_config.json"), "w") as f:
-            json.dump(processor_config(TINY_VISION["default_output_length"]), f, indent=2)
+        _write_processor_config(out_dir)
     return out_dir
 
 
+def _write_processor_config(model_dir):
+    tmp = os.path.join(model_dir, f"processor_config.json.tmp{os.getpid()}")
+    with open(tmp, "w") as f:
+        json.dump(processor_config(TINY_VISION["default_output_length"]), f, indent=2)
+    os.replace(tmp, os.path.join(model_dir, "processor_config.json"))
+
+
 def ensure(path, seed=0):
-    """Writes the tiny base at `path` unless it is there (atomically); returns path."""
+    """Writes the tiny base at `path` unless it is there (atomically); returns path.
+
+    A multimodal base written before it had a processor config gets one.
+    """
     from data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
-    if not os.path.exists(os.path.join(path, "config.json")):
+    config_path = os.path.join(path, "config.json")
+    if not os.path.exists(config_path):
         tmp = f"{path}.tmp{os.getpid()}"
         save_tiny_model(tmp, tokenizer_lib.build_tokenizer(), seed=seed)
         os.replace(tmp, path)
+    elif not os.path.exists(os.path.join(path, "processor_config.json")):
+        with open(config_path) as f:
+            if "vision_config" in json.load(f):
+                _write_processor_config(path)
     return path
 
 

@@ -65,6 +65,18 @@ class TinyModelTest(absltest.TestCase):
         model = transformers.AutoModelForCausalLM.from_pretrained(directory)
         self.assertEqual(type(model).__name__, "Gemma4ForCausalLM")
 
+    def test_ensure_gives_an_older_base_its_processor_config(self):
+        path = os.path.join(self.create_tempdir().full_path, "base")
+        tiny_model.ensure(path)
+        os.remove(os.path.join(path, "processor_config.json"))  # as bases before it
+        weights = os.path.getmtime(os.path.join(path, "model.safetensors.index.json"))
+        tiny_model.ensure(path)
+        with open(os.path.join(path, "processor_config.json")) as f:
+            self.assertEqual(json.load(f), tiny_model.processor_config(
+                tiny_model.TINY_VISION["default_output_length"]))
+        self.assertEqual(os.path.getmtime(os.path.join(path, "model.safetensors.index.json")),
+                         weights)  # nothing else rewritten
+
     def test_transformers_loads_the_real_class(self):
         model = transformers.AutoModelForImageTextToText.from_pretrained(
             self.multimodal, dtype=torch.float32)

@@ -266,8 +266,9 @@ def training_args(config, output_dir, processes, accumulation, total_steps, on_g
     adapter state dict does not see through. Every FSDP checkpoint then held
     no LoRA factor, so resuming silently restarted them from their
     initialization, and the saved adapter's tensor names did not load.
-    FSDP2 recomputes a layer under its pre-backward unshard either way, so no
-    extra all-gather is paid.
+    FSDP2 recomputes a layer under its pre-backward unshard either way (its
+    pre-forward hook skips the all-gather in PRE_BACKWARD), so no extra
+    all-gather is expected; that was read in torch's code, not measured on GPUs.
     """
     from trl import SFTConfig  # pylint: disable=import-outside-toplevel
     fsdp = use_fsdp(config, processes)

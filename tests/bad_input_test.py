@@ -18,6 +18,10 @@ MISSING = "/nonexistent/g4"
 CASES = {
     "training_tpu_sft": ("training.tpu.sft", ["--config.model.name=" + MISSING],
                          "is neither 'tiny-random-gemma4', a directory, nor a Hub id"),
+    # Checked from the shipped config.json, before the 31B's weights would download.
+    "training_tpu_sft_mesh": ("training.tpu.sft", ["--config.model.name=google/gemma-4-31B-it",
+                                                   "--config.mesh.tp=8"],
+                              "tp=8"),
     "training_tpu_compile": ("training.tpu.compile", ["--base_config=" + MISSING,
                                                       "--workdir={tmp}/c"],
                              "is neither a config.json, a directory, nor a Hub id"),
@@ -54,7 +58,9 @@ class BadInputTest(parameterized.TestCase):
     @parameterized.named_parameters(*((name, *case) for name, case in CASES.items()))
     def test_one_error_line_and_exit_1(self, module, args, message):
         tmp = self.create_tempdir().full_path
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), JAX_PLATFORMS="cpu")
+        # Offline: no case may reach the Hub (the mesh case must fail before it would).
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), JAX_PLATFORMS="cpu",
+                   HF_HUB_OFFLINE="1")
         workdir = [f"--workdir={tmp}/w"] if module.endswith(".sft") else []
         done = subprocess.run(
             [sys.executable, "-m", module, *workdir, *(a.format(tmp=tmp) for a in args)],

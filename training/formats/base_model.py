@@ -29,6 +29,11 @@ def tiny_dir(run_dir):
     return os.path.join(run_dir, TINY_DIR)
 
 
+def is_hub_id(name):
+    """Whether `name` reads as a Hugging Face Hub id (owner/repo), not a path."""
+    return name.count("/") == 1 and not name.startswith((".", "/"))
+
+
 def resolve(name, run_dir):
     """A local directory for the base model `name` (see module docstring).
 
@@ -42,7 +47,7 @@ def resolve(name, run_dir):
         return path
     if os.path.isdir(name):
         return os.path.abspath(name)
-    if name.count("/") == 1 and not name.startswith((".", "/")):
+    if is_hub_id(name):
         from huggingface_hub import snapshot_download  # pylint: disable=import-outside-toplevel
         try:
             return snapshot_download(name, allow_patterns=_HUB_PATTERNS)
@@ -69,7 +74,7 @@ def config_only(name):
         path = name
     elif name in HUB_CONFIGS:
         path = os.path.join(_HUB_CONFIGS_DIR, HUB_CONFIGS[name], "config.json")
-    elif name.count("/") == 1 and not name.startswith((".", "/")):
+    elif is_hub_id(name):
         from huggingface_hub import hf_hub_download  # pylint: disable=import-outside-toplevel
         try:
             path = hf_hub_download(name, "config.json")

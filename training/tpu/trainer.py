@@ -11,6 +11,7 @@ import dataclasses
 import logging
 import os
 import time
+import types
 
 import jax
 import numpy as np
@@ -20,8 +21,12 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from data import views
+from tools.common import machines
+from training.common import hparams
 from training.common import lifecycle
 from training.common import run_dir as run_dir_lib
+from training.formats import base_model
+from training.formats import gemma4_map
 from training.formats import orbax_lora
 from training.tpu import checkpoints as checkpoints_lib
 from training.tpu import forward
@@ -78,6 +83,24 @@ def plan(run, num_devices):
     return mesh, micro_batch
 
 
+def preflight(config):
+    """`plan` from a Hub base's config.json alone, before any weight downloads.
+
+    A mesh that cannot split the model, or a step over the chip's HBM, then
+    fails in seconds instead of after a 62 GB download. Returns plan's
+    (mesh, micro-batch), or None for local and tiny bases, which `plan` checks
+    once they are open.
+    """
+    name = config.model.name
+    if os.path.exists(name) or not base_model.is_hub_id(name):
+        return None
+    dims = gemma4_map.Dims.from_hf_config(base_model.config_only(name)[0])
+    return plan(types.SimpleNamespace(
+        config=config, dims=dims, machine=machines.get(config.machine),
+        accumulation=hparams.gradient_accumulation_steps(config.batch, config.mesh.fsdp)),
+        jax.device_count())
+
+
 def make_mesh(shape):
     devices = np.asarray(jax.devices()).reshape(shape.fsdp, shape.tp)
     return jax.sharding.Mesh(devices, ("fsdp", "tp"),
@@ -127,9 +150,10 @@ def build_state(base_dir, dims, mesh, config, total_steps):
 def train(config, workdir):
     """Runs (or resumes) the training run `config` in `workdir`; returns the last step."""
     setup_devices(config)
+    planned = preflight(config)
     run = lifecycle.start(config, workdir, stack="tpu", is_main=jax.process_index() == 0,
                           barrier=lambda: _sync("base model"), data_parallel=config.mesh.fsdp)
-    mesh_shape, micro_batch = plan(run, jax.device_count())
+    mesh_shape, micro_batch = planned or plan(run, jax.device_count())
     checkpoints = checkpoints_lib.manager(
         os.path.join(workdir, run_dir_lib.CHECKPOINTS), config.checkpoints_to_keep,
         config.checkpoint_every_steps)

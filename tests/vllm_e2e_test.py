@@ -84,15 +84,20 @@ def _logprobs(model, token_ids):
     return picked[:, 0].tolist()
 
 
+def _post(base_url, path, body, timeout=120):
+    """vLLM's JSON answer to a POST of `body` to `path`."""
+    request = urllib.request.Request(
+        f"{base_url}{path}", method="POST", headers={"Content-Type": "application/json"},
+        data=json.dumps(body).encode())
+    with urllib.request.urlopen(request, timeout=timeout) as response:
+        return json.load(response)
+
+
 def _served_logprobs(base_url, model, token_ids):
     """The same, from vLLM's prompt_logprobs."""
-    request = urllib.request.Request(
-        f"{base_url}/v1/completions", method="POST",
-        headers={"Content-Type": "application/json"},
-        data=json.dumps({"model": model, "prompt": token_ids, "max_tokens": 1,
-                         "temperature": 0.0, "prompt_logprobs": 1}).encode())
-    with urllib.request.urlopen(request, timeout=120) as response:
-        entries = json.load(response)["choices"][0]["prompt_logprobs"]
+    entries = _post(base_url, "/v1/completions", {
+        "model": model, "prompt": token_ids, "max_tokens": 1, "temperature": 0.0,
+        "prompt_logprobs": 1})["choices"][0]["prompt_logprobs"]
     return [entry[str(token)]["logprob"] for entry, token in zip(entries[1:], token_ids[1:])]
 
 
@@ -142,13 +147,9 @@ def _served_image_logprobs(base_url, model, image_path):
         url = "data:image/png;base64," + base64.b64encode(f.read()).decode()
     content = [{"type": "image_url", "image_url": {"url": url}},
                {"type": "text", "text": IMAGE_TEXT}]
-    request = urllib.request.Request(
-        f"{base_url}/v1/chat/completions", method="POST",
-        headers={"Content-Type": "application/json"},
-        data=json.dumps({"model": model, "messages": [{"role": "user", "content": content}],
-                         "max_tokens": 1, "temperature": 0.0, "prompt_logprobs": 0}).encode())
-    with urllib.request.urlopen(request, timeout=300) as response:
-        entries = json.load(response)["prompt_logprobs"]
+    entries = _post(base_url, "/v1/chat/completions", {
+        "model": model, "messages": [{"role": "user", "content": content}], "max_tokens": 1,
+        "temperature": 0.0, "prompt_logprobs": 0}, timeout=300)["prompt_logprobs"]
     ids, logprobs = [], []
     for entry in entries[1:]:
         (token, value), = entry.items()  # prompt_logprobs 0: the prompt's own token
@@ -163,13 +164,9 @@ def _max_gap(a, b):
 
 
 def _chat(base_url, model):
-    request = urllib.request.Request(
-        f"{base_url}/v1/chat/completions", method="POST",
-        headers={"Content-Type": "application/json"},
-        data=json.dumps({"model": model, "messages": PROMPT, "max_tokens": 12,
-                         "temperature": 0.0, "ignore_eos": True}).encode())
-    with urllib.request.urlopen(request, timeout=120) as response:
-        return json.load(response)["choices"][0]["message"]["content"]
+    return _post(base_url, "/v1/chat/completions", {
+        "model": model, "messages": PROMPT, "max_tokens": 12, "temperature": 0.0,
+        "ignore_eos": True})["choices"][0]["message"]["content"]
 
 
 def _harness(*args):
@@ -298,11 +295,7 @@ class VllmEndToEndTest(absltest.TestCase):
                     "add_special_tokens": False}
             if sampling.template_kwargs(settings):
                 body["chat_template_kwargs"] = sampling.template_kwargs(settings)
-            request = urllib.request.Request(
-                f"{self.record['base_url']}/tokenize", method="POST",
-                headers={"Content-Type": "application/json"}, data=json.dumps(body).encode())
-            with urllib.request.urlopen(request, timeout=60) as response:
-                served = json.load(response)["tokens"]
+            served = _post(self.record["base_url"], "/tokenize", body, timeout=60)["tokens"]
             self.assertEqual(encoded.input_ids[:len(served)].tolist(), served, policy)
             self.assertEqual(int(encoded.loss_mask[len(served)]), 1, policy)
             self.assertFalse(encoded.loss_mask[:len(served)].any(), policy)

@@ -21,18 +21,17 @@ _libraries = []  # a torch Library keeps its definitions while it lives
 
 def declare_missing_ops(package_dir):
     if _libraries:  # declared already (a namespace is defined once per process)
-        return True
+        return
     import torch  # pylint: disable=import-outside-toplevel
     try:
         torch.ops.load_library(os.path.join(package_dir, "_C.so"))
-        return False
+        return
     except OSError:
         pass
     library = torch.library.Library("torchvision", "DEF")  # pylint: disable=no-member
     for op in ("nms", "qnms"):
         library.define(op + _SCHEMA)
     _libraries.append(library)
-    return True
 
 
 class _OnFirstImport(importlib.abc.MetaPathFinder):

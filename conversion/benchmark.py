@@ -36,7 +36,7 @@ import time
 from absl import app
 from absl import flags
 
-from tools.common import cli
+from common import cli
 
 _LAYERS = flags.DEFINE_integer("layers", 16, "Decoder layers of the synthetic model.")
 _SHARD_MB = flags.DEFINE_integer("shard_mb", 512, "Target shard size.")
@@ -212,7 +212,7 @@ def main(argv):
           f"({results['peak_rss_above_baseline_over_largest_shard']:.2f}x above imports; "
           "goal 2x)")
     if _OUTPUT_JSON.value:
-        from tools.common import config_cli  # pylint: disable=import-outside-toplevel
+        from common import config_cli  # pylint: disable=import-outside-toplevel
         with open(config_cli.user_path(_OUTPUT_JSON.value), "w") as f:
             json.dump(results, f, indent=2)
 

@@ -19,9 +19,9 @@ from absl import app
 from absl import flags
 from absl import logging as absl_logging
 
+from common import cli
+from common import config_cli
 from conversion import exporting
-from tools.common import cli
-from tools.common import config_cli
 
 _RUN_DIR = flags.DEFINE_string("run_dir", None, "TPU run directory (training/tpu:sft --workdir).")
 _STEP = flags.DEFINE_integer("step", None, "Checkpoint step (default: the newest).")

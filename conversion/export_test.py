@@ -11,13 +11,13 @@ from safetensors.numpy import load_file
 
 from training.tpu import testing as tpu_testing  # 8 CPU devices first
 # pylint: disable=wrong-import-order
+from common import cli
 from conversion import exporting
 from conversion import import_adapter
 from conversion import merge
 from conversion import outputs
 from conversion import testing
 from conversion import verify
-from tools.common import cli
 from training.common import run_dir as run_dir_lib
 from training.formats import adapter
 from training.formats import base_model
@@ -203,7 +203,7 @@ class ExportTest(parameterized.TestCase):
         # A run config whose rank disagrees with the checkpoint.
         other = config.copy_and_resolve_references()
         other.lora.rank = 16
-        from tools.common import config_cli  # pylint: disable=import-outside-toplevel
+        from common import config_cli  # pylint: disable=import-outside-toplevel
         config_cli.write_resolved_config(other, run)
         with self.assertRaisesRegex(lora_map.LoraMapError, "rank-8 factors but the run's "
                                     "config says lora.rank=16"):

@@ -5,9 +5,9 @@ See conversion/export.py for what is written where.
 
 import os
 
+from common import config_cli
 from conversion import merge as merge_lib
 from conversion import outputs
-from tools.common import config_cli
 from training.common import run_dir as run_dir_lib
 from training.formats import adapter
 from training.formats import base_model as base_model_lib

@@ -18,9 +18,9 @@ from absl import app
 from absl import flags
 from absl import logging as absl_logging
 
+from common import cli
+from common import config_cli
 from conversion import outputs
-from tools.common import cli
-from tools.common import config_cli
 from training.common import run_dir as run_dir_lib
 from training.formats import adapter
 from training.formats import base_model

@@ -24,8 +24,8 @@ import shutil
 
 import torch
 
+from common import cli
 from conversion import safetensors_stream
-from tools.common import cli
 from training.formats import base_model
 from training.formats import lora_map
 

@@ -10,7 +10,7 @@ import os
 import shutil
 import tempfile
 
-from tools.common import cli
+from common import cli
 
 
 class OutputExists(cli.UserError):

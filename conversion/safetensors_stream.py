@@ -16,7 +16,7 @@ import struct
 
 import torch
 
-from tools.common import cli
+from common import cli
 
 DTYPES = {
     "BF16": torch.bfloat16, "F16": torch.float16, "F32": torch.float32,

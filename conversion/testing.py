@@ -3,7 +3,7 @@
 import json
 import os
 
-from tools.common import config_cli
+from common import config_cli
 from training.common import run_dir as run_dir_lib
 from training.formats import orbax_lora
 

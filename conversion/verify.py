@@ -15,28 +15,16 @@ one after another in `--dtype`, and fails if any two disagree by more than
 cannot hold one transformers model, unless --offload_dir lets accelerate stream
 the layers' weights from disk during the forward pass.
 
-Tolerances (max |logit difference|): float32 1e-4, rounding noise of a float32
-forward pass. bfloat16 keeps 8 bits of mantissa (relative error up to 2^-9 per
-rounding), and the stacks round at different places: fused vs separate
-projections, the merged weight W + BA rounded once vs W and BA apart. On the
-tiny model (6 layers, `//conversion:export_test`) the three bfloat16 models
-differ by 0.24 to 0.37, while a wrong export (the base served as the merged
-model) is 1.18 away; the bfloat16 default, 0.5, lies between.
-
-Both tolerances are 6-layer figures and do not hold at depth for a random
-model. The same width with 24 and 60 layers (sliding/global pattern kept,
-random weights; one CPU run each) gave, for a correct export:
-  float32    3.4e-5 (6 layers), 1.4e-3 (24), 5.6e-3 (60)
-  bfloat16   0.35 (6), 0.82 (24), 0.95 (60), against 1.17, 1.27, 1.20 for
-             the wrong export above.
-Random weights amplify rounding layer after layer; how far a trained 31B
-does is not measured. So at 31B run float32 on the mesh (Tunix's share of the
-fp32 weights, ~31 GiB per chip, fits a v5p-8 at tp=4; transformers streams
-from disk with --offload_dir),
-and read a small excess over 1e-4 against how far the adapter moves the
-logits (printed beside, the PEFT model with its adapter disabled) before
-calling the export wrong; bfloat16 at that depth may not tell a right export
-from a wrong one.
+Tolerances (max |logit difference|, TOLERANCES): float32's is rounding noise
+of a float32 forward pass. bfloat16 keeps 8 bits of mantissa and the stacks
+round at different places (fused vs separate projections, the merged weight
+W + BA rounded once vs W and BA apart), so its tolerance sits between what
+correct and wrong exports of the tiny model differ by. Both are set on the
+6-layer tiny model (`//conversion:export_test`); rounding grows with depth, so
+at 31B run float32 on the mesh and read an excess against how far the adapter
+itself moves the logits (printed beside: the PEFT model with its adapter
+disabled) before calling the export wrong. The README's conversion section
+holds the measured differences by depth and dtype.
 """
 
 import json
@@ -46,7 +34,7 @@ import numpy as np
 from absl import app
 from absl import flags
 
-from tools.common import cli
+from common import cli
 
 _RUN_DIR = flags.DEFINE_string("run_dir", None, "The TPU run that was exported.")
 _EXPORT_DIR = flags.DEFINE_string("export_dir", None, "--output_dir of a --format=both export.")
@@ -138,6 +126,7 @@ def tunix_logits(base_dir, dims, qwix_factors, alpha, ids, dtype="float32", mesh
     from training.formats import lora_map  # pylint: disable=import-outside-toplevel
     from training.tpu import model as model_lib  # pylint: disable=import-outside-toplevel
     from training.tpu import forward  # pylint: disable=import-outside-toplevel
+    from training.tpu import sharding  # pylint: disable=import-outside-toplevel
     modules = {name.split(".")[3] for name in qwix_factors}
     lora = config_dict.ConfigDict({
         "rank": lora_map.rank_of(qwix_factors), "alpha": alpha, "dropout": 0.0,
@@ -146,8 +135,7 @@ def tunix_logits(base_dir, dims, qwix_factors, alpha, ids, dtype="float32", mesh
     if devices > len(jax.devices()):
         raise cli.UserError(f"--mesh={mesh_shape[0]},{mesh_shape[1]} needs {devices} devices, "
                             f"this host has {len(jax.devices())}")
-    mesh = jax.sharding.Mesh(np.asarray(jax.devices()[:devices]).reshape(mesh_shape),
-                             ("fsdp", "tp"))
+    mesh = sharding.make_mesh(*mesh_shape)
     model = model_lib.load(base_dir, dims, mesh, dtype, lora)
     model_lib.set_lora(model, qwix_factors)
     segments = jnp.ones(ids.shape, jnp.int32)
@@ -201,7 +189,7 @@ def main(argv):
     from conversion import exporting  # pylint: disable=import-outside-toplevel
     from training.formats import gemma4_map  # pylint: disable=import-outside-toplevel
     from training.formats import orbax_lora  # pylint: disable=import-outside-toplevel
-    from tools.common import config_cli  # pylint: disable=import-outside-toplevel
+    from common import config_cli  # pylint: disable=import-outside-toplevel
     from training.formats import base_model  # pylint: disable=import-outside-toplevel
     run_dir = config_cli.user_path(_RUN_DIR.value)
     export_dir = config_cli.user_path(_EXPORT_DIR.value)

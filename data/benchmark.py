@@ -24,12 +24,12 @@ import numpy as np
 from absl import app
 from absl import flags
 
+from common import cli
+from common import config_cli
 from data import codev
 from data import packing
 from data import pipeline
 from data import tokenizer as tokenizer_lib
-from tools.common import cli
-from tools.common import config_cli
 
 _ROWS = flags.DEFINE_integer("rows", 2000, "Synthetic rows.")
 _MAX_SEQ_LEN = flags.DEFINE_integer("max_seq_len", 3072, "Sequence length.")

@@ -25,7 +25,7 @@ rendered prompt, the content as the model generates it after that prompt.
 import dataclasses
 import numpy as np
 
-from tools.common import cli
+from common import cli
 
 # Private-use code points: no template changes them, no data set contains them.
 _SENTINEL = "\ue000\ue001"

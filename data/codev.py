@@ -17,7 +17,7 @@ import json
 import os
 import re
 
-from tools.common import cli
+from common import cli
 
 FIELDS = ("system", "prompt", "response")
 SAMPLE = "sample"

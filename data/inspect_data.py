@@ -14,12 +14,12 @@ import os
 from absl import app
 from absl import flags
 
+from common import cli
+from common import config_cli
 from data import codev
 from data import packing
 from data import pipeline
 from data import tokenizer as tokenizer_lib
-from tools.common import cli
-from tools.common import config_cli
 
 _DEFAULTS = pipeline.default_config()
 _INPUT = flags.DEFINE_string(

@@ -32,13 +32,12 @@ import time
 from absl import app
 from absl import flags
 
+from common import cli
+from common import config_cli
 from eval import completions
 from eval import judge as judge_lib
 from eval import problems as problems_lib
-from eval import repo_paths
 from eval import scoring
-from tools.common import cli
-from tools.common import config_cli
 
 _CONFIG = config_cli.define_config_flag(__file__)
 _REPEAT = flags.DEFINE_integer("repeat", 5, "Times each reference is judged.")
@@ -134,7 +133,7 @@ def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     config = _CONFIG.value
-    dataset_dir = config_cli.user_path(config.dataset_dir) or repo_paths.default_dataset_dir()
+    dataset_dir = config_cli.user_path(config.dataset_dir) or problems_lib.default_dataset_dir()
     problems = problems_lib.load(dataset_dir, limit=_LIMIT.value)
     by_id = {p.id: p for p in problems}
     judge = judge_lib.from_config(config)

@@ -13,7 +13,7 @@ import dataclasses
 import json
 import os
 
-from tools.common import cli
+from common import cli
 
 
 class CompletionsError(cli.UserError):

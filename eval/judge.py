@@ -49,8 +49,8 @@ import tempfile
 import time
 import uuid
 
+from common import cli
 from eval import sandbox as sandbox_lib
-from tools.common import cli
 
 # The script's phases, each ending with a status line on its stderr.
 PHASES = ("isolate", "compile", "simulate")

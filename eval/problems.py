@@ -6,13 +6,18 @@ checkout, or the shared copy) has `problems.txt` (one id per line, e.g.
 (the reference, `module RefModule`) and `<id>_test.sv` (the testbench, top
 `tb`). Problems are listed from problems.txt, never by globbing: the upstream
 data has a stray duplicate testbench (`Prob062_bugs_mux2.sv`).
+
+The default data set is the shared copy beside the checkout
+(`<checkout>/../shared/verilog-eval/dataset_spec-to-rtl`, where CI clones the
+repository), or $VERILOG_EVAL_DIR.
 """
 
 import dataclasses
 import os
 import re
 
-from tools.common import cli
+from common import cli
+from common import repo
 
 
 class ProblemsError(cli.UserError):
@@ -20,7 +25,16 @@ class ProblemsError(cli.UserError):
 
 
 PROBLEMS_FILE = "problems.txt"
+SHARED_DATASET = os.path.join("shared", "verilog-eval", "dataset_spec-to-rtl")
 ID_PATTERN = re.compile(r"^Prob\d{3}_\w+$")
+
+
+def default_dataset_dir():
+    """$VERILOG_EVAL_DIR, else the shared copy beside the checkout."""
+    override = os.environ.get("VERILOG_EVAL_DIR")
+    if override:
+        return os.path.abspath(override)
+    return os.path.normpath(os.path.join(repo.source_root(), os.pardir, SHARED_DATASET))
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,7 +1,9 @@
 import os
+from unittest import mock
 
 from absl.testing import absltest
 
+from common import repo
 from eval import problems
 from eval import testing
 
@@ -24,6 +26,15 @@ class ProblemsTest(absltest.TestCase):
         got = problems.load(testing.dataset_dir(), limit=3)
         self.assertEqual([p.id for p in got],
                          ["Prob001_zero", "Prob002_m2014_q4i", "Prob003_step_one"])
+
+    def test_default_dataset_is_the_shared_copy_beside_the_checkout(self):
+        environ = {k: v for k, v in os.environ.items() if k != "VERILOG_EVAL_DIR"}
+        with mock.patch.dict(os.environ, environ, clear=True):
+            dataset = problems.default_dataset_dir()
+        self.assertEqual(dataset, os.path.join(os.path.dirname(repo.source_root()),
+                                               "shared", "verilog-eval", "dataset_spec-to-rtl"))
+        with mock.patch.dict(os.environ, {"VERILOG_EVAL_DIR": "/elsewhere/data"}):
+            self.assertEqual(problems.default_dataset_dir(), "/elsewhere/data")
 
     def test_unknown_problem_is_an_error(self):
         with self.assertRaisesRegex(problems.ProblemsError, "Prob999_nothing"):

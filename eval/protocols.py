@@ -14,9 +14,9 @@
 Both strip thinking (`<think>` and Gemma 4's thought channel) first.
 """
 
+from common import cli
 from eval import extract
 from eval import prompts
-from tools.common import cli
 
 UPSTREAM = "upstream"
 REFERENCE = "reference"

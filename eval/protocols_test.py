@@ -1,9 +1,9 @@
 from absl.testing import absltest
 
+from common import cli
 from eval import extract
 from eval import prompts
 from eval import protocols
-from tools.common import cli
 
 MODULE = "module TopModule(output zero);\n  assign zero = 1'b0;\nendmodule"
 CODE = MODULE + "\n"

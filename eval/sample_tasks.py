@@ -28,11 +28,11 @@ import re
 from absl import app
 from absl import flags
 
+from common import cli
+from common import config_cli
 from data import codev
 from eval import extract
 from eval import problems as problems_lib
-from tools.common import cli
-from tools.common import config_cli
 
 CYCLES = 200
 SETTLE_CYCLES = 16

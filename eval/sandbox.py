@@ -37,7 +37,7 @@ import signal
 import subprocess
 import time
 
-from tools.common import cli
+from common import cli
 
 BWRAP = "bwrap"
 NONE = "none"

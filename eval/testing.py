@@ -7,12 +7,11 @@ import threading
 import time
 
 from eval import problems as problems_lib
-from eval import repo_paths
 
 
 def dataset_dir():
     """The shared VerilogEval copy (`<repo root>/../shared/...`)."""
-    return repo_paths.default_dataset_dir()
+    return problems_lib.default_dataset_dir()
 
 
 def load_problem(problem_id):

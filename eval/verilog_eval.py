@@ -28,16 +28,15 @@ from absl import app
 from absl import flags
 from absl import logging
 
+from common import cli
+from common import config_cli
 from eval import completions
 from eval import judge as judge_lib
 from eval import problems as problems_lib
 from eval import prompts
 from eval import protocols
-from eval import repo_paths
 from eval import sampling
 from eval import scoring
-from tools.common import cli
-from tools.common import config_cli
 
 _CONFIG = config_cli.define_config_flag(__file__)
 
@@ -154,7 +153,7 @@ def run(config):
     out_dir = config_cli.user_path(config.out_dir)
     config.out_dir = out_dir
     config.dataset_dir = (config_cli.user_path(config.dataset_dir) or
-                          repo_paths.default_dataset_dir())
+                          problems_lib.default_dataset_dir())
     only = problems_lib.parse_id_list(config.problems)
     os.makedirs(out_dir, exist_ok=True)
     # Fail on a missing iverilog or sandbox before asking a server for anything.

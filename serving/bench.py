@@ -18,12 +18,12 @@ import os
 from absl import app
 from absl import flags
 
+from common import cli
+from common import config_cli
 from serving import launcher
 from serving import plots
 from serving import server_config
 from serving import sweep as sweep_lib
-from tools.common import cli
-from tools.common import config_cli
 
 _CONFIG = config_cli.define_config_flag(__file__)
 _BASE_URL = flags.DEFINE_string("base_url", None, "A running server (default: start one).")

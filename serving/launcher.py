@@ -27,9 +27,10 @@ import time
 import urllib.error
 import urllib.request
 
+from common import cli
+from common import config_cli
+from common import repo
 from serving import server_config
-from tools.common import cli
-from tools.common import config_cli
 from training.formats import adapter as adapter_lib
 from training.formats import base_model
 from training.formats import gemma4_map
@@ -41,15 +42,9 @@ class ServerError(cli.UserError):
     """The server could not start, died, or did not answer in time."""
 
 
-def repo_root():
-    # BUILD_WORKSPACE_DIRECTORY under `bazel run`; the source tree otherwise.
-    return os.environ.get("BUILD_WORKSPACE_DIRECTORY") or os.path.dirname(
-        os.path.dirname(os.path.realpath(__file__)))
-
-
 def serve_python(config):
     python = config.python or os.environ.get("G4_SERVE_PYTHON") or os.path.join(
-        repo_root(), ".venvs", "serve", "bin", "python3")
+        repo.source_root(), ".venvs", "serve", "bin", "python3")
     if not os.path.exists(python):
         raise ServerError(f"no vLLM interpreter at {python}: run through ./bazelw (it builds "
                           "the `serve` virtualenv) or set G4_SERVE_PYTHON")
@@ -309,12 +304,10 @@ def resolve_model(config, name, run_dir):
     path = base_model.tiny_dir(run_dir)
     if not os.path.exists(os.path.join(path, "config.json")):
         os.makedirs(run_dir, exist_ok=True)
-        # This file is <root>/serving/launcher.py, in the source or a runfiles tree
-        # that also holds the tiny model's sources (//training/formats:tiny_model_sources).
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+        # The code tree holds the tiny model's sources (//training/formats:tiny_model_sources).
         done = subprocess.run(
             [serve_python(config), "-m", "training.formats.tiny_model", path],
-            env={**os.environ, "PYTHONPATH": root, "HF_HUB_OFFLINE": "1"},
+            env={**os.environ, "PYTHONPATH": repo.code_root(), "HF_HUB_OFFLINE": "1"},
             capture_output=True, text=True, check=False)
         if done.returncode:
             raise ServerError(f"could not write the tiny default model at {path}:\n"

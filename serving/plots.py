@@ -11,7 +11,7 @@ import os
 from absl import app
 from absl import flags
 
-from tools.common import cli
+from common import cli
 
 _RUNS = flags.DEFINE_list("runs", None, "Sweep output directories (each with summary.json).")
 _OUT = flags.DEFINE_string("out", "plots", "Where to write the PNG files.")
@@ -74,7 +74,7 @@ def _load(path):
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    from tools.common import config_cli  # pylint: disable=import-outside-toplevel
+    from common import config_cli  # pylint: disable=import-outside-toplevel
     for path in plot([config_cli.user_path(r) for r in _RUNS.value],
                      config_cli.user_path(_OUT.value)):
         print(path)

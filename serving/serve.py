@@ -17,9 +17,9 @@ import time
 from absl import app
 from absl import flags
 
+from common import cli
+from common import config_cli
 from serving import launcher
-from tools.common import cli
-from tools.common import config_cli
 
 _CONFIG = config_cli.define_config_flag(__file__)
 _MODEL = flags.DEFINE_string("model", None, "Model directory or Hub id (default: a tiny "

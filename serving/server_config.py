@@ -8,13 +8,13 @@ the machine table (`dollars_per_hour`).
 
 from ml_collections import config_dict
 
-from tools.common import cli
-from tools.common import machines
+from common import cli
+from common import machines
 from training.formats import adapter
 
 # The vLLM images the `docker` runtime runs, pinned by digest: the bases of our
-# serving images (MODULE.bazel, tools/oci/bases.bzl; //tools:pins_test keeps them
-# equal). The reference's moving tags (`vllm/vllm-tpu:gemma4`) made its runs
+# serving images (MODULE.bazel, tools/oci/bases.bzl; //tests:repository_pins_test
+# keeps them equal). The reference's moving tags (`vllm/vllm-tpu:gemma4`) made its runs
 # irreproducible; every run's server.json records the image it used.
 IMAGES = {
     "tpu": "vllm/vllm-tpu@sha256:19a1a0526476f902eb83e1057f3d8938f35b457dd7716a30e9ab4f7bee90d507",
@@ -28,7 +28,7 @@ def env(values):
 
 def base(*, machine, tensor_parallel_size, max_model_len):
     c = config_dict.ConfigDict()
-    c.machine = machine  # a name in tools/common/machines.py: chips, $/hour
+    c.machine = machine  # a name in common/machines.py: chips, $/hour
     c.runtime = "venv"  # or "docker", or "image" (inside our serving images)
     c.image = ""
     c.python = ""  # venv runtime: default $G4_SERVE_PYTHON, else .venvs/serve/bin/python3

@@ -16,8 +16,8 @@ import time
 import urllib.error
 import urllib.request
 
+from common import cli
 from serving import launcher
-from tools.common import cli
 
 PERCENTILES = "50,99"
 METRICS = "ttft,tpot,itl,e2el"

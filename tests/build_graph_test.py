@@ -9,13 +9,10 @@ import os
 
 from absl.testing import absltest
 
+from common import repo
+
 _SKIP_DIRS = {".git", ".venvs", "node_modules"}
 _BUILD_NAMES = ("BUILD.bazel", "BUILD")
-
-
-def source_root():
-    # MODULE.bazel is a data dependency; its runfile links back to the source tree.
-    return os.path.dirname(os.path.realpath("MODULE.bazel"))
 
 
 def _string_list(node):
@@ -68,7 +65,7 @@ def unwired_tests(root):
 class BuildGraphTest(absltest.TestCase):
 
     def test_every_test_file_has_a_py_test(self):
-        root = source_root()
+        root = repo.source_root()
         self.assertTrue(os.path.exists(os.path.join(root, "tests", "build_graph_test.py")),
                         f"{root} is not the source tree")
         self.assertEqual(unwired_tests(root), [])

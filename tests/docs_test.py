@@ -1,9 +1,10 @@
 """Documentation names only paths, Bazel labels and Python names that exist.
 
 Modules move and targets get renamed while the prose that points at them stays
-behind. This test reads every markdown file of the tree and the docstrings and
-comments of every Python file, and reports each reference that no longer
-resolves:
+behind. This test reads every markdown file of the tree, the docstrings and
+comments of every Python and Starlark file (BUILD, .bzl, WORKSPACE,
+MODULE.bazel), and the comments of shell scripts, `.in` requirement files and
+`.bazelrc`, and reports each reference that no longer resolves:
 
 - path: a path under one of the top-level folders, or a root file such as
   `.bazelrc`, that does not exist (wildcards must match something);
@@ -28,12 +29,17 @@ import tokenize
 
 from absl.testing import absltest
 
-TOP_LEVEL = ("data", "training", "conversion", "serving", "eval", "tools", "tests",
-             "third_party")
+from common import repo
+
+TOP_LEVEL = ("common", "data", "training", "conversion", "serving", "eval", "report", "tools",
+             "tests", "third_party")
 _SKIP_DIRS = {".git", ".venvs", "node_modules"}
 _BUILD_NAMES = ("BUILD.bazel", "BUILD")
 # Starlark files that are not BUILD files but still define names docs may cite.
 _STARLARK_NAMES = ("WORKSPACE", "WORKSPACE.bzlmod", "MODULE.bazel")
+# Files whose `#` comments are prose too (shell scripts are found by their shebang).
+_COMMENTED_SUFFIXES = (".in", ".sh", ".tpl")
+_COMMENTED_NAMES = (".bazelrc",)
 # `X.Y` with one of these as Y is a file name, not an attribute.
 _EXTENSIONS = {"py", "json", "jsonl", "md", "txt", "safetensors", "bzl", "bazel", "jinja",
                "yaml", "toml", "log", "html", "png", "gz", "tar", "cfg", "sh", "in"}
@@ -49,14 +55,6 @@ _OTHER_PROJECTS_NAMES = {
 _PLACEHOLDER = re.compile(r"(?<![A-Za-z0-9])(?:NAME|DIR|FILE|STEP|ID|N)(?![A-Za-z0-9])")
 
 Ref = collections.namedtuple("Ref", "line kind ref")
-
-
-def source_root():
-    # MODULE.bazel is a data dependency; its runfile links back to the source tree.
-    # Run directly (python tests/docs_test.py), the tree is this file's parent's parent.
-    if os.path.exists("MODULE.bazel"):
-        return os.path.dirname(os.path.realpath("MODULE.bazel"))
-    return os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
 
 
 # ---------------------------------------------------------------- extraction
@@ -211,6 +209,29 @@ def python_texts(source):
     return texts
 
 
+def comment_blocks(source):
+    """(first line, text) of each run of whole-line `#` comments (shebangs are not)."""
+    texts, block, start = [], [], 0
+    for number, line in enumerate(source.splitlines(), 1):
+        stripped = line.strip()
+        if stripped.startswith("#") and not (number == 1 and stripped.startswith("#!")):
+            if not block:
+                start = number
+            block.append(stripped)
+        elif block:
+            texts.append((start, "\n".join(block)))
+            block = []
+    if block:
+        texts.append((start, "\n".join(block)))
+    return texts
+
+
+def _is_shell(path, source):
+    first = source.split("\n", 1)[0]
+    return path.endswith(".sh") or (first.startswith("#!") and first.rstrip().endswith(
+        ("sh", "bash")))
+
+
 def repository_files(root):
     """Tracked and new (not ignored) files that exist now, relative to root."""
     # Only the tree's own checkout: git would otherwise answer for an enclosing one.
@@ -328,20 +349,34 @@ class Repo:
         self.identifiers = set()
         self.attributes = set()
         self.trees = {}
+        self.commented = {}  # path -> (first line, text) of files read for comments only
         for path in self.files:
             name = os.path.basename(path)
             is_python = path.endswith(".py")
-            if not (is_python or name in _BUILD_NAMES or name in _STARLARK_NAMES
-                    or name.endswith(".bzl")):
+            is_starlark = (name in _BUILD_NAMES or name in _STARLARK_NAMES
+                           or name.endswith(".bzl"))
+            if not (is_python or is_starlark or name.endswith(_COMMENTED_SUFFIXES)
+                    or name in _COMMENTED_NAMES or "." not in name):
                 continue
-            with open(os.path.join(root, path), encoding="utf-8") as f:
-                source = f.read()
+            try:
+                with open(os.path.join(root, path), encoding="utf-8") as f:
+                    source = f.read()
+            except UnicodeDecodeError:
+                continue  # a binary without an extension
+            if not (is_python or is_starlark):
+                if (name.endswith(_COMMENTED_SUFFIXES) or name in _COMMENTED_NAMES
+                        or _is_shell(path, source)):
+                    self.commented[path] = comment_blocks(source)
+                continue
             try:
                 tree = ast.parse(source)
             except SyntaxError:
                 # Starlark beyond Python's grammar: its words still count as names.
                 self.identifiers |= set(re.findall(r"\w+", source))
+                self.commented[path] = comment_blocks(source)
                 continue
+            if is_starlark:
+                self.commented[path] = python_texts(source)
             if is_python:
                 self.trees[path] = (source, tree)
                 self.modules[name[:-3]] |= module_names(tree)
@@ -358,6 +393,9 @@ class Repo:
                     yield path, 1, f.read()
             elif path in self.trees:
                 for line, text in python_texts(self.trees[path][0]):
+                    yield path, line, text
+            elif path in self.commented:
+                for line, text in self.commented[path]:
                     yield path, line, text
 
     def _package_targets(self, package):
@@ -459,6 +497,11 @@ class ExtractionTest(absltest.TestCase):
         text = "see RECIPE.md, README.md and docs/x.md; writes `report.md`."
         self.assertEqual(_refs(document_names(text)), [(1, "RECIPE.md"), (1, "README.md")])
 
+    def test_comment_blocks(self):
+        source = ("#!/usr/bin/env bash\n# one\n  # two\nrun x  # trailing\n\n"
+                  "# three\n")
+        self.assertEqual(comment_blocks(source), [(2, "# one\n# two"), (6, "# three")])
+
     def test_python_texts(self):
         source = ('"""Module.\n\nSee `a_b`."""\n\nimport os  # trailing\n\n'
                   '# one\n# two\nclass C:\n    """Class."""\n\n'
@@ -520,7 +563,7 @@ class CheckTest(absltest.TestCase):
         ])
 
     def test_source_tree(self):
-        root = source_root()
+        root = repo.source_root()
         self.assertTrue(os.path.exists(os.path.join(root, "tests", "docs_test.py")),
                         f"{root} is not the source tree")
         problems = Repo(root).problems()

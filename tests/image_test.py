@@ -26,14 +26,11 @@ import urllib.request
 
 from absl.testing import absltest
 
+from common import repo
+
 _TARGET = "//serving:tpu_image"
 _PUSH = "//serving:push_tpu_image"
 _TOOLS = ("bazel-4", "docker-registry", "skopeo", "umoci")
-
-
-def source_root():
-    # MODULE.bazel is a data dependency; its runfile links back to the source tree.
-    return os.path.dirname(os.path.realpath("MODULE.bazel"))
 
 
 def free_port():
@@ -73,7 +70,7 @@ class ImageTest(absltest.TestCase):
         missing = [tool for tool in _TOOLS if not shutil.which(tool)]
         if missing:
             raise AssertionError(f"{missing} not installed; ./bazelw installs them (apt)")
-        cls.root = source_root()
+        cls.root = repo.source_root()
         # Short paths: Bazel's server socket lives in its output base.
         cls.tmp = tempfile.mkdtemp(prefix="g4img-", dir="/tmp")
         cls.outputs = [cls.bazel_build(name) for name in ("a", "b")]

@@ -25,7 +25,7 @@ def pipeline(workdir, *extra):
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), JAX_PLATFORMS="cpu")
     for name in ("VLLM_CACHE_ROOT", "XDG_CACHE_HOME", "HF_HOME"):  # a read-only home
         env[name] = os.path.join(os.environ["TEST_TMPDIR"], name.lower())
-    return subprocess.run([sys.executable, "-m", "tools.pipeline", f"--workdir={workdir}",
+    return subprocess.run([sys.executable, "-m", "report.pipeline", f"--workdir={workdir}",
                            *ARGS, *extra], env=env, capture_output=True, text=True,
                           timeout=1800, check=False)
 

@@ -1,22 +1,34 @@
-"""The layers of the code, bottom first: a package may depend only on packages of
-lower layers (and on itself). Each package's default_visibility is the package
-group `//:above_<its layer>`, so Bazel rejects an edge that runs back up;
-//tests:layering_test checks the BUILD files against this table, and
-tools/check_layers.py checks the built graph with `bazel query`.
+"""The layers of the code, bottom first: one top-level folder, one layer.
+
+A package may depend only on packages of lower layers (and on itself). Each
+package's default_visibility is the package group `above_LAYER` of the root
+package (LAYER: its layer's name), so
+Bazel rejects an edge that runs back up; //tests:layering_test checks the
+BUILD files against this table, and tools/check_layers.py checks the built
+graph with `bazel query`, folder by folder as well as package by package.
+
+`tools/` is not a layer of the product: it holds build and repository tooling
+(the image builder, locks, virtualenvs, pins, this table), imported by no
+product code, visible only to tests and to the build (TOOLING), and using
+nothing of the product but the bottom layer (common/repo.py finds the checkout).
 """
 
 LAYERS = [
-    # config flags, the error path, the machine table; the image builder
-    ("tools_common", ["//tools/common", "//tools/oci"]),
+    # config flags, the one error path, the machine table, the repository root
+    ("common", ["//common"]),
     ("data", ["//data"]),  # rows -> token ids + loss masks
     ("formats", ["//training/formats"]),  # Gemma 4 and its files: dims, maps, adapters, base
     ("training_common", ["//training/common"]),  # recipe, run lifecycle, schedule, FLOPs
     ("stacks", ["//training/tpu", "//training/gpu"]),
     ("stages", ["//conversion", "//serving", "//eval"]),
-    ("tools", ["//tools"]),  # the report, lock and pin tools
-    ("pipeline", ["//"]),  # the whole system in one command
+    ("report", ["//report"]),  # the TPU-vs-GPU report and the whole-system pipeline
+    ("pipeline", ["//"]),  # `//:pipeline`, the alias users type
     ("tests", ["//tests"]),  # cross-stage tests
 ]
+
+# Build tooling outside the layers: no product package may depend on these
+# (only tests, and the image rules through their builder tool).
+TOOLING = ["//tools", "//tools/oci"]
 
 # buildifier: disable=unnamed-macro
 def layer_package_groups():

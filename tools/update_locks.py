@@ -29,7 +29,8 @@ import subprocess
 import sys
 import tempfile
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# Run as a script, this file's folder is on sys.path, not the checkout's.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 from tools import pins  # pylint: disable=wrong-import-position
 from tools import venvs  # pylint: disable=wrong-import-position
 

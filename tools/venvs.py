@@ -16,7 +16,11 @@ import shutil
 import subprocess
 import sys
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# Run as a script, this file's folder is on sys.path, not the checkout's.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
+from common import repo  # pylint: disable=wrong-import-position
+
+ROOT = repo.source_root()
 LOCKS = os.path.join(ROOT, "third_party", "requirements")
 VENVS = os.path.join(ROOT, ".venvs")
 STAMP = ".lock.sha256"

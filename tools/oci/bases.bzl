@@ -2,8 +2,8 @@
 
 `label` is the repository MODULE.bazel's `oci.pull` creates (a local stand-in
 offline, WORKSPACE); `image` is what it pulls, recorded in the image labels;
-`versions` are labelled too. //tools:pins_test checks every `image` against
-MODULE.bazel. The training images use the Python base for both stacks: PyPI's
+`versions` are labelled too. //tests:repository_pins_test checks every `image`
+against MODULE.bazel. The training images use the Python base for both stacks: PyPI's
 CUDA torch brings its own CUDA 13 user-space libraries (train_gpu_lock.txt), and
 no CUDA base image carries CPython 3.11.
 """

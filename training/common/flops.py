@@ -5,9 +5,10 @@ def parameter_count(dims):
     """Parameters of the text model (tied embeddings counted once)."""
     total = dims.vocab * dims.embed + dims.embed
     for layer in range(dims.num_layers):
-        kv_heads, head_dim, k_eq_v = dims.attention(layer)
+        attention = dims.attention(layer)
+        head_dim = attention.head_dim
         q = o = dims.heads * head_dim * dims.embed
-        kv = kv_heads * head_dim * dims.embed * (1 if k_eq_v else 2)
+        kv = attention.kv_heads * head_dim * dims.embed * (1 if attention.k_eq_v else 2)
         total += q + o + kv + 3 * dims.mlp * dims.embed + 4 * dims.embed + 2 * head_dim + 1
     return total
 
@@ -16,12 +17,14 @@ def lora_parameter_count(dims, rank, tunix_modules):
     """Parameters of the LoRA factors Qwix creates on `tunix_modules`."""
     total = 0
     for layer in range(dims.num_layers):
-        kv_heads, head_dim, k_eq_v = dims.attention(layer)
+        attention = dims.attention(layer)
+        q_size = dims.heads * attention.head_dim
+        kv_size = attention.kv_heads * attention.head_dim
         sizes = {  # (contracted size, output size) of each einsum / kernel
-            "q_einsum": (dims.embed, dims.heads * head_dim),
-            "kv_einsum": None if k_eq_v else (dims.embed, 2 * kv_heads * head_dim),
-            "k_einsum": (dims.embed, kv_heads * head_dim) if k_eq_v else None,
-            "attn_vec_einsum": (dims.heads * head_dim, dims.embed),
+            "q_einsum": (dims.embed, q_size),
+            "kv_einsum": None if attention.k_eq_v else (dims.embed, 2 * kv_size),
+            "k_einsum": (dims.embed, kv_size) if attention.k_eq_v else None,
+            "attn_vec_einsum": (q_size, dims.embed),
             "gate_proj": (dims.embed, dims.mlp), "up_proj": (dims.embed, dims.mlp),
             "down_proj": (dims.mlp, dims.embed),
         }
@@ -45,10 +48,9 @@ def flops_per_token(dims, seq_len, lora_rank, tunix_modules):
     flops = 4 * matmul_params + 6 * lora_parameter_count(dims, lora_rank, tunix_modules)
     causal_keys = (seq_len + 1) / 2
     for layer in range(dims.num_layers):
-        _, head_dim, _ = dims.attention(layer)
         keys = (min(dims.sliding_window, causal_keys)
                 if dims.layer_types[layer] != "full_attention" else causal_keys)
-        flops += 3 * 4 * dims.heads * head_dim * keys
+        flops += 3 * 4 * dims.heads * dims.attention(layer).head_dim * keys
     return flops
 
 
@@ -76,6 +78,6 @@ def compiled_flops_per_token(dims, seq_len, lora_rank, tunix_modules, *, remat,
     forward = 2 * (layer_params + embedding) + 2 * lora
     backward = 2 * (layer_params + embedding) + 4 * lora
     recompute = 2 * (layer_params + lora) if remat else 0
-    attention = sum(4 * dims.heads * dims.attention(layer)[1] * seq_len
+    attention = sum(4 * dims.heads * dims.attention(layer).head_dim * seq_len
                     for layer in range(dims.num_layers)) if dense_attention else 0
     return forward + backward + recompute + attention * (4 if remat else 3)

@@ -13,8 +13,8 @@ configs shrink the run through `tiny()`.
 
 from ml_collections import config_dict
 
+from common import cli
 from data import pipeline
-from tools.common import cli
 
 # LoRA targets in Hugging Face module names. The TPU stack maps them to Tunix
 # names through training/formats/gemma4_map.py (q_einsum, kv_einsum and the K = V

@@ -19,10 +19,10 @@ import os
 import signal
 import time
 
+from common import cli
+from common import config_cli
+from common import machines
 from data import pipeline
-from tools.common import cli
-from tools.common import config_cli
-from tools.common import machines
 from training.common import flops
 from training.common import hparams
 from training.common import run_dir as run_dir_lib

@@ -1,7 +1,7 @@
 """The run directory both training stacks write, and conversion reads.
 
     RUN_DIR/
-      config.json        the resolved config (tools/common/config_cli.py)
+      config.json        the resolved config (common/config_cli.py)
       run.json           what the run used: base model path, stack, effective
                          batch, steps, devices, tool versions
       metrics.jsonl      one JSON object per logged step (`step`, `loss`, ...)
@@ -18,7 +18,7 @@ import json
 import os
 import time
 
-from tools.common import cli
+from common import cli
 
 CONFIG = "config.json"
 RUN_INFO = "run.json"

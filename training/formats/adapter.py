@@ -12,7 +12,7 @@ import numpy as np
 from safetensors.numpy import load_file
 from safetensors.numpy import save_file
 
-from tools.common import cli
+from common import cli
 
 CONFIG = "adapter_config.json"
 WEIGHTS = "adapter_model.safetensors"
@@ -89,7 +89,7 @@ def kv_shared_copies(factors, dims):
     copies = {}
     for name, value in factors.items():
         match = _K_PROJ.match(name)
-        if not match or not dims.attention(int(match["layer"]))[2]:
+        if not match or not dims.attention(int(match["layer"])).k_eq_v:
             continue
         v_name = f"{match['head']}v_proj.{match['tail']}"
         if v_name not in factors:

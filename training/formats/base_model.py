@@ -14,7 +14,7 @@ shard headers) run here, before any long work.
 import json
 import os
 
-from tools.common import cli
+from common import cli
 
 TINY = "tiny-random-gemma4"
 TINY_DIR = "base_model"  # where a run directory keeps its tiny base

@@ -32,7 +32,7 @@ import re
 
 import numpy as np
 
-from tools.common import cli
+from common import cli
 
 HF_PREFIXES = ("model.language_model.", "model.")
 SLIDING, GLOBAL = "sliding_attention", "full_attention"
@@ -50,6 +50,14 @@ TUNIX_LORA_TARGETS = {
 
 class MappingError(cli.UserError):
     """A checkpoint that does not fit the model it is mapped onto."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LayerAttention:
+    """The attention shape of one layer: sliding layers and global layers differ."""
+    kv_heads: int
+    head_dim: int
+    k_eq_v: bool  # one projection gives K and V (Gemma 4's global layers)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,10 +84,11 @@ class Dims:
         return len(self.layer_types)
 
     def attention(self, layer):
-        """(kv heads, head dim, K = V) of `layer`."""
+        """The LayerAttention of `layer`."""
         if self.layer_types[layer] == GLOBAL:
-            return self.global_kv_heads, self.global_head_dim, self.k_eq_v_global
-        return self.kv_heads, self.head_dim, False
+            return LayerAttention(self.global_kv_heads, self.global_head_dim,
+                                  self.k_eq_v_global)
+        return LayerAttention(self.kv_heads, self.head_dim, False)
 
     @classmethod
     def from_hf_config(cls, config):
@@ -140,7 +149,7 @@ def base_names(dims):
              "post_feedforward_layernorm": "post_ffw_norm"}
     for layer in range(dims.num_layers):
         tunix = f"layers.{layer}"
-        _, _, k_eq_v = dims.attention(layer)
+        k_eq_v = dims.attention(layer).k_eq_v
         names[_hf_layer(layer, "self_attn.q_proj.weight")] = f"{tunix}.attn.q_einsum.w"
         names[_hf_layer(layer, "self_attn.o_proj.weight")] = f"{tunix}.attn.attn_vec_einsum.w"
         if k_eq_v:
@@ -179,7 +188,8 @@ def expected_hf_shape(dims, name):
     leaf = name.rsplit(".", 2)[-2] if name.endswith(".weight") else name.rsplit(".", 1)[-1]
     if layer is None:
         return (dims.vocab, dims.embed) if "embed_tokens" in name else (dims.embed,)
-    kv_heads, head_dim, _ = dims.attention(layer)
+    attention = dims.attention(layer)
+    kv_heads, head_dim = attention.kv_heads, attention.head_dim
     return {
         "q_proj": (dims.heads * head_dim, dims.embed),
         "k_proj": (kv_heads * head_dim, dims.embed),
@@ -205,18 +215,17 @@ def hf_to_tunix(dims, name, tensors):
     layer = _layer_of(name)
     value = tensors[name]
     if name.endswith("q_proj.weight"):
-        _, head_dim, _ = dims.attention(layer)
-        return _heads_matrix_to_tunix(value, dims.heads, head_dim)
+        return _heads_matrix_to_tunix(value, dims.heads, dims.attention(layer).head_dim)
     if name.endswith(("k_proj.weight", "v_proj.weight")):
-        kv_heads, head_dim, k_eq_v = dims.attention(layer)
-        if k_eq_v:
+        attention = dims.attention(layer)
+        kv_heads, head_dim = attention.kv_heads, attention.head_dim
+        if attention.k_eq_v:
             return _heads_matrix_to_tunix(value, kv_heads, head_dim)
         k, v = (tensors[name.replace(name.rsplit(".", 2)[-2], proj)] for proj in ("k_proj", "v_proj"))
         return np.stack([_heads_matrix_to_tunix(k, kv_heads, head_dim),
                          _heads_matrix_to_tunix(v, kv_heads, head_dim)])
     if name.endswith("o_proj.weight"):
-        _, head_dim, _ = dims.attention(layer)
-        return value.T.reshape(dims.heads, head_dim, dims.embed)
+        return value.T.reshape(dims.heads, dims.attention(layer).head_dim, dims.embed)
     if name.endswith(("gate_proj.weight", "up_proj.weight", "down_proj.weight")):
         return value.T
     return value

@@ -16,7 +16,7 @@ import re
 
 import numpy as np
 
-from tools.common import cli
+from common import cli
 
 PEFT_PREFIX = "base_model.model."
 _QWIX = re.compile(r"^layers\.(\d+)\.(attn|mlp)\.(\w+)\.(w|kernel)_lora_([ab])$")
@@ -113,7 +113,8 @@ def peft_to_qwix(dims, peft_factors):
             raise LoraMapError(f"layer {layer} {proj}: the model has {dims.num_layers} layers")
         a, b = factors["A"], factors["B"]
         rank = a.shape[0]
-        kv_heads, head_dim, k_eq_v = dims.attention(layer)
+        attention = dims.attention(layer)
+        kv_heads, head_dim, k_eq_v = attention.kv_heads, attention.head_dim, attention.k_eq_v
         prefix = f"layers.{layer}"
         if proj == "q_proj":
             out[f"{prefix}.attn.q_einsum.w_lora_a"] = a.T
@@ -134,9 +135,9 @@ def peft_to_qwix(dims, peft_factors):
         else:
             raise LoraMapError(f"layer {layer}: no Tunix module for {proj}")
     for layer in sorted({layer for layer, _ in by_module}):
-        kv_heads, head_dim, k_eq_v = dims.attention(layer)
+        attention = dims.attention(layer)
         k, v = by_module.get((layer, "k_proj")), by_module.get((layer, "v_proj"))
-        if k_eq_v or (k is None and v is None):
+        if attention.k_eq_v or (k is None and v is None):
             continue
         if k is None or v is None:
             raise LoraMapError(f"layer {layer}: LoRA on only one of k_proj and v_proj, "
@@ -148,8 +149,8 @@ def peft_to_qwix(dims, peft_factors):
         rank = k["A"].shape[0]
         out[f"layers.{layer}.attn.kv_einsum.w_lora_a"] = k["A"].T
         out[f"layers.{layer}.attn.kv_einsum.w_lora_b"] = np.stack(
-            [k["B"].T.reshape(rank, kv_heads, head_dim),
-             v["B"].T.reshape(rank, kv_heads, head_dim)], axis=1)
+            [k["B"].T.reshape(rank, attention.kv_heads, attention.head_dim),
+             v["B"].T.reshape(rank, attention.kv_heads, attention.head_dim)], axis=1)
     return {k: np.ascontiguousarray(v) for k, v in out.items()}
 
 

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import orbax.checkpoint as ocp
 
-from tools.common import cli
+from common import cli
 
 
 class NoLoraError(cli.UserError):

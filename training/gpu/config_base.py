@@ -15,7 +15,7 @@ def gpu_config(recipe, *, model, dtype, num_processes, machine):
     # FSDP2 full shard (activation checkpointing follows c.remat). Unset: decided at
     # run time, on when more than one process runs; True/False force it.
     c.fsdp = config_dict.placeholder(bool)
-    # A name in tools/common/machines.py: peak FLOP/s per GPU (MFU).
+    # A name in common/machines.py: peak FLOP/s per GPU (MFU).
     c.machine = machine
     c.log_every = 1
     c.max_steps = 0  # 0: the whole data set

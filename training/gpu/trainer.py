@@ -23,8 +23,8 @@ import torch
 import transformers
 from transformers import TrainerCallback
 
+from common import cli
 from data import views
-from tools.common import cli
 from training.common import lifecycle
 from training.common import run_dir as run_dir_lib
 from training.formats import gemma4_map
@@ -75,7 +75,7 @@ def tie_fused_kv(model, dims):
         for adapter in k.lora_A:
             v.lora_A[adapter].weight = k.lora_A[adapter].weight
         tied += 1
-    expected = sum(1 for layer in range(dims.num_layers) if not dims.attention(layer)[2])
+    expected = sum(1 for layer in range(dims.num_layers) if not dims.attention(layer).k_eq_v)
     if tied != expected:
         raise gemma4_map.MappingError(f"tied k/v LoRA A on {tied} layers, expected {expected}")
     return tied
@@ -87,9 +87,8 @@ def order_buffers(model):
     transformers' Gemma 4 rotary embedding registers its per-layer-type buffers
     while iterating a `set` of layer types, whose order follows the process's
     string hash seed. DDP copies rank 0's buffers to the other ranks by
-    position, so a rank with the other order got the sliding-window
-    frequencies in its full-attention buffers and vice versa (a silent
-    difference in every forward pass; about one launch in two).
+    position, so with another order a rank would get the sliding-window
+    frequencies in its full-attention buffers and vice versa.
     """
     for module in model.modules():
         module._buffers = dict(sorted(module._buffers.items()))  # pylint: disable=protected-access
@@ -262,13 +261,11 @@ def training_args(config, output_dir, processes, accumulation, total_steps, on_g
 
     Activation checkpointing (config.remat) is transformers' own in every
     layout, never Accelerate's FSDP `activation_checkpointing`: that one wraps
-    each decoder layer in a checkpoint wrapper module, which PEFT's
-    adapter state dict does not see through. Every FSDP checkpoint then held
-    no LoRA factor, so resuming silently restarted them from their
-    initialization, and the saved adapter's tensor names did not load.
-    FSDP2 recomputes a layer under its pre-backward unshard either way (its
-    pre-forward hook skips the all-gather in PRE_BACKWARD), so no extra
-    all-gather is expected; that was read in torch's code, not measured on GPUs.
+    each decoder layer in a checkpoint wrapper module, which PEFT's adapter
+    state dict does not see through, so checkpoints and the adapter would lose
+    the LoRA factors (README, "GPU training"). FSDP2 recomputes a layer under
+    its pre-backward unshard either way (its pre-forward hook skips the
+    all-gather in PRE_BACKWARD), so no extra all-gather is expected.
     """
     from trl import SFTConfig  # pylint: disable=import-outside-toplevel
     fsdp = use_fsdp(config, processes)

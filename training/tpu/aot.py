@@ -2,12 +2,13 @@
 
 With libtpu installed, XLA compiles for a TPU slice that is not there:
 `get_topology_desc` gives compile-only devices of the machine table's
-topology (tools/common/machines.py), the mesh is laid over them, and the step
-that `sft` runs (train_step.make_step on the abstract model, LoRA, optimizer
-state and batch, each with its sharding) is lowered and compiled. XLA then
-reports the bytes each chip needs (`memory_analysis`) and the FLOPs and its
-own estimate of the step time (`cost_analysis`). Nothing is allocated: the
-model is built with `nnx.eval_shape`, so 31B costs no memory.
+topology (common/machines.py), the mesh is laid over them, and the step
+that `sft` runs is built by the function training builds it with
+(`state.build`, here on the abstract model: LoRA, optimizer state and batch
+as shapes, each with its sharding), lowered and compiled. XLA then reports
+the bytes each chip needs (`memory_analysis`) and the FLOPs and its own
+estimate of the step time (`cost_analysis`). Nothing is allocated: the model
+is built with `nnx.eval_shape`, so 31B costs no memory.
 
 Pallas kernels (splash attention, training/tpu/forward.py) are custom calls
 whose work XLA's cost model does not see: their FLOPs are counted by hand and
@@ -26,23 +27,18 @@ project probes for TPU hardware: `use_libtpu` points JAX at it
 (TPU_LIBRARY_PATH) and keeps JAX's own backend on CPU.
 """
 
-import dataclasses
 import gc
 import glob
 import os
 import time
-import types
 
-from data import packing
-from tools.common import cli
+from common import cli
+from common import repo
 from training.common import flops as flops_lib
-from training.common import hparams
 from training.formats import gemma4_map
 from training.tpu import mesh_plan
 
 LIBTPU_SITE_ENV = "G4_LIBTPU_SITE"
-_DEFAULT_SITE = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(
-    os.path.abspath(__file__)))), ".venvs", "train_tpu")
 HBM_LIMIT = 0.9  # of each chip's HBM: the most a step may use
 
 
@@ -50,8 +46,16 @@ class AotError(cli.UserError):
     """No libtpu, a machine without a topology, or a run that does not fit."""
 
 
+def _default_site():
+    """The checkout's .venvs/train_tpu, where ./bazelw installs libtpu."""
+    try:
+        return os.path.join(repo.source_root(), ".venvs", "train_tpu")
+    except FileNotFoundError:  # not run from a checkout (an image): no default
+        return ""
+
+
 def _libtpu_candidates():
-    roots = [os.environ.get(LIBTPU_SITE_ENV, ""), _DEFAULT_SITE]
+    roots = [os.environ.get(LIBTPU_SITE_ENV, ""), _default_site()]
     for root in filter(None, roots):
         yield from glob.glob(os.path.join(root, "libtpu", "libtpu.so"))
         yield from glob.glob(os.path.join(root, "lib", "python3*", "site-packages", "libtpu",
@@ -96,88 +100,18 @@ def topology_devices(topology):
                        f"{str(e).splitlines()[0]}") from e
 
 
-@dataclasses.dataclass(frozen=True)
-class Setting:
-    """What shapes the compiled step: the mesh, the batch and the memory levers."""
-    fsdp: int
-    tp: int
-    seq_len: int
-    per_device_batch: int
-    effective_batch: int
-    remat: bool
-    attention: str = "dense"  # forward.Attention's kernel
-    block: int = 512  # splash's block size
-    loss_chunk: int = 0  # forward.loss_sum's chunk (0: all logits at once)
-
-    @property
-    def micro_batch(self):
-        return self.per_device_batch * self.fsdp
-
-    @property
-    def accumulation(self):
-        return self.effective_batch // self.micro_batch
-
-    @classmethod
-    def from_config(cls, config):
-        return cls(fsdp=config.mesh.fsdp, tp=config.mesh.tp, seq_len=config.data.max_seq_len,
-                   per_device_batch=config.batch.per_device_size,
-                   effective_batch=config.batch.effective_size, remat=bool(config.remat),
-                   attention=config.attention.kernel, block=config.attention.block,
-                   loss_chunk=config.loss_chunk)
-
-
-def _shape_structs(tree, shardings):
-    import jax  # pylint: disable=import-outside-toplevel
-    return jax.tree.map(
-        lambda x, sharding: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding),
-        tree, shardings)
-
-
-def lower_step(dims, config, setting, devices):
-    """The step `sft` runs, lowered for `devices` with abstract inputs."""
-    import jax  # pylint: disable=import-outside-toplevel
-    import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    from flax import nnx  # pylint: disable=import-outside-toplevel
-    from jax.sharding import NamedSharding  # pylint: disable=import-outside-toplevel
-    from jax.sharding import PartitionSpec as P  # pylint: disable=import-outside-toplevel
-    from training.tpu import forward  # pylint: disable=import-outside-toplevel
-    from training.tpu import model as model_lib  # pylint: disable=import-outside-toplevel
-    from training.tpu import optimizer as optimizer_lib  # pylint: disable=import-outside-toplevel
+def lower_step(dims, config, devices):
+    """The step `sft` runs for `config`, lowered for `devices` with abstract inputs."""
     from training.tpu import sharding  # pylint: disable=import-outside-toplevel
-    from training.tpu import train_step  # pylint: disable=import-outside-toplevel
+    from training.tpu import state as state_lib  # pylint: disable=import-outside-toplevel
 
-    mesh = jax.sharding.Mesh(np.asarray(devices).reshape(setting.fsdp, setting.tp),
-                             ("fsdp", "tp"), axis_types=(jax.sharding.AxisType.Auto,) * 2)
-    model = model_lib.abstract_model(dims, config.model.dtype, config.lora)
-    if config.lora.dropout > 0:
-        # Concrete keys, made on the host: compile-only devices hold no arrays.
-        model_lib.use_fixed_dropout_keys(model)
-    model_lib.enable_remat(model, setting.remat)
-    forward.configure(model, forward.Attention.on_mesh(setting.attention, setting.block, mesh))
-    with jax.set_mesh(mesh):
-        graphdef, lora, rngs, base = nnx.split(model, nnx.LoRAParam, nnx.RngState, ...)
-        base_shardings = nnx.get_named_sharding(base, mesh)
-    replicated = NamedSharding(mesh, P())
-    lora_shardings = sharding.lora_shardings(lora, mesh)
-    lora = _shape_structs(lora, lora_shardings)
+    mesh = sharding.make_mesh(config.mesh.fsdp, config.mesh.tp, devices)
     # The schedule's length does not change a shape: any step count compiles the same.
-    optimizer = optimizer_lib.make_optimizer(config.optimizer, total_steps=1000)
-    opt_state = jax.eval_shape(optimizer.init, lora)
-    opt_shardings = sharding.optimizer_shardings(optimizer, opt_state, lora_shardings, mesh)
-    batch_sharding = NamedSharding(mesh, P(None, "fsdp", None))
-    batch_shape = (setting.accumulation, setting.micro_batch, setting.seq_len)
-    batch = {name: jax.ShapeDtypeStruct(batch_shape, jnp.int32, sharding=batch_sharding)
-             for name in packing.FIELDS}
-    key = jax.eval_shape(lambda: jax.random.key(0))
-    step = train_step.make_step(graphdef, optimizer, lora_shardings=lora_shardings,
-                                opt_shardings=opt_shardings, batch_sharding=batch_sharding,
-                                loss_chunk=setting.loss_chunk)
-    return step.train.lower(
-        lora, _shape_structs(opt_state, opt_shardings), _shape_structs(base, base_shardings),
-        jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=replicated),
-                     rngs),
-        batch, jax.ShapeDtypeStruct(key.shape, key.dtype, sharding=replicated))
+    state = state_lib.build(state_lib.abstract_model(dims, config), mesh, config,
+                            total_steps=1000)
+    batch, key = state_lib.abstract_inputs(state, config)
+    return state.step.train.lower(state.lora, state.opt_state, state.base, state.rngs, batch,
+                                  key)
 
 
 def cost(compiled):
@@ -188,39 +122,30 @@ def cost(compiled):
     return dict(analysis or {})
 
 
-def planner_bytes(dims, config, setting):
-    return mesh_plan.config_estimate(
-        dims, config, mesh_plan.Mesh(setting.fsdp, setting.tp), seq_len=setting.seq_len,
-        micro_batch=setting.micro_batch, remat=setting.remat, attention=setting.attention)["total"]
-
-
-def compile_step(dims, config, setting, machine):
-    """Compiles the step of `setting` for `machine`'s topology: what XLA measured.
+def compile_step(dims, config, machine):
+    """Compiles the step of `config` for `machine`'s topology: what XLA measured.
 
     Everything that can be refused without compiling (the batch split, the
     mesh) is refused first.
     """
     if not machine.topology:
         raise AotError(f"machine {machine.name!r} has no TPU topology to compile for "
-                       "(tools/common/machines.py)")
-    hparams.gradient_accumulation_steps(types.SimpleNamespace(
-        effective_size=setting.effective_batch, per_device_size=setting.per_device_batch),
-        setting.fsdp)
-    mesh_plan.check(mesh_plan.Mesh(setting.fsdp, setting.tp), dims, machine.chips,
-                    setting.micro_batch)
+                       "(common/machines.py)")
+    accumulation, micro_batch, _ = mesh_plan.batch_shape(config)
+    mesh_plan.check(mesh_plan.Mesh.from_config(config), dims, machine.chips, micro_batch)
     devices = topology_devices(machine.topology)
     if len(devices) != machine.chips:
         raise AotError(f"topology {machine.topology} has {len(devices)} chips, the machine "
                        f"table says {machine.chips} for {machine.name}")
     started = time.time()
-    lowered = lower_step(dims, config, setting, devices)
+    lowered = lower_step(dims, config, devices)
     compiled = lowered.compile()
     seconds = time.time() - started
     memory = compiled.memory_analysis()
     counted = cost(compiled)
     del compiled, lowered  # a 60-layer executable holds GBs of host memory
     gc.collect()
-    steps = setting.accumulation  # the scan body is counted once (module docstring)
+    steps = accumulation  # the scan body is counted once (module docstring)
     return {
         "memory": {"argument": memory.argument_size_in_bytes,
                    "output": memory.output_size_in_bytes, "alias": memory.alias_size_in_bytes,
@@ -232,18 +157,20 @@ def compile_step(dims, config, setting, machine):
     }
 
 
-def row(dims, config, setting, machine, measured, *, non_padding_fraction, trained_fraction):
+def row(dims, config, machine, measured, *, non_padding_fraction, trained_fraction):
     """The row of compile.json: XLA's figures against the planner, flops.py and HBM,
     and the throughput they predict for data with these token fractions."""
     memory = measured["memory"]
     per_chip = memory["argument"] + memory["output"] - memory["alias"] + memory["temp"]
     modules = gemma4_map.tunix_lora_modules(config.lora.target_modules)
-    positions = setting.effective_batch * setting.seq_len  # token slots per optimizer step
-    per_token = flops_lib.flops_per_token(dims, setting.seq_len, config.lora.rank, modules)
+    accumulation, micro_batch, seq_len = mesh_plan.batch_shape(config)
+    remat, attention = bool(config.remat), config.attention.kernel
+    positions = accumulation * micro_batch * seq_len  # token slots per optimizer step
+    per_token = flops_lib.flops_per_token(dims, seq_len, config.lora.rank, modules)
     compiled_per_token = flops_lib.compiled_flops_per_token(
-        dims, setting.seq_len, config.lora.rank, modules, remat=setting.remat,
-        dense_attention=setting.attention == "dense")
-    kernels = analytic_kernels(dims, setting, machine)
+        dims, seq_len, config.lora.rank, modules, remat=remat,
+        dense_attention=attention == "dense")
+    kernels = analytic_kernels(dims, config, machine)
     # XLA gives a negative time when ops it cannot cost are left in the step.
     step_seconds = (measured["optimal_seconds"] + sum(k["seconds"] for k in kernels)
                     if measured["optimal_seconds"] > 0 else 0.0)
@@ -252,15 +179,15 @@ def row(dims, config, setting, machine, measured, *, non_padding_fraction, train
     return {
         "topology": machine.topology, "machine": machine.name, "chips": machine.chips,
         "layers": dims.num_layers,
-        "mesh": {"fsdp": setting.fsdp, "tp": setting.tp}, "seq_len": setting.seq_len,
-        "micro_batch": setting.micro_batch, "accumulation": setting.accumulation,
-        "sequences_per_step": setting.effective_batch, "remat": setting.remat,
-        "attention": setting.attention, "attention_block": setting.block,
-        "loss_chunk": setting.loss_chunk,
+        "mesh": {"fsdp": config.mesh.fsdp, "tp": config.mesh.tp}, "seq_len": seq_len,
+        "micro_batch": micro_batch, "accumulation": accumulation,
+        "sequences_per_step": accumulation * micro_batch, "remat": remat,
+        "attention": attention, "attention_block": config.attention.block,
+        "loss_chunk": config.loss_chunk,
         "per_chip_bytes": per_chip, "hbm_bytes": hbm,
         "hbm_fraction": per_chip / hbm if hbm else None, "fits": per_chip <= HBM_LIMIT * hbm,
         "memory": memory,
-        "planner_bytes": planner_bytes(dims, config, setting),
+        "planner_bytes": mesh_plan.config_estimate(dims, config)["total"],
         "xla_flops": measured["xla_flops"],
         "expected_compiled_flops": compiled_per_token * positions,
         "xla_optimal_seconds": measured["optimal_seconds"],
@@ -280,23 +207,24 @@ def row(dims, config, setting, machine, measured, *, non_padding_fraction, train
     }
 
 
-def analytic_kernels(dims, setting, machine):
+def analytic_kernels(dims, config, machine):
     """The step's Pallas kernels, which XLA's cost model cannot see into, counted by
     hand: FLOPs over all chips and their time at the chips' peak (compute-bound
     at these block sizes, as XLA's own estimate assumes of its matmuls)."""
-    if setting.attention != "splash":
+    if config.attention.kernel != "splash":
         return []
     from training.tpu import forward  # pylint: disable=import-outside-toplevel
-    flops = setting.effective_batch * forward.kernel_flops(dims, setting.seq_len, setting.block,
-                                                           remat=setting.remat)
+    accumulation, micro_batch, seq_len = mesh_plan.batch_shape(config)
+    flops = accumulation * micro_batch * forward.kernel_flops(
+        dims, seq_len, config.attention.block, remat=bool(config.remat))
     return [{"name": "splash_attention", "flops": flops,
              "seconds": flops / (machine.chips * machine.peak_flops_per_chip),
              "counted": "by hand (forward.kernel_flops), at peak"}]
 
 
-def compile_row(dims, config, setting, machine, *, non_padding_fraction, trained_fraction):
+def compile_row(dims, config, machine, *, non_padding_fraction, trained_fraction):
     """compile_step, then its row."""
-    return row(dims, config, setting, machine, compile_step(dims, config, setting, machine),
+    return row(dims, config, machine, compile_step(dims, config, machine),
                non_padding_fraction=non_padding_fraction, trained_fraction=trained_fraction)
 
 

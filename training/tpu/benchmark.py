@@ -18,15 +18,15 @@ import numpy as np
 from absl import app
 from absl import flags
 
+from common import cli
+from common import config_cli
 from data import chat
 from data import packing
-from tools.common import cli
-from tools.common import config_cli
-from training.common import hparams
 from training.common import lifecycle
 from training.formats import base_model
 from training.formats import gemma4_map
 from training.tpu import mesh_plan
+from training.tpu import sharding
 from training.tpu import trainer
 from training.tpu.configs import cpu
 
@@ -55,12 +55,10 @@ def run(steps, workdir):
     trainer.setup_devices(config)
     base_dir = lifecycle.materialize_base(config, workdir)
     dims = gemma4_map.Dims.from_hf_config(base_model.read_config(base_dir))
-    mesh = trainer.make_mesh(mesh_plan.Mesh(config.mesh.fsdp, config.mesh.tp))
-    state = trainer.build_state(base_dir, dims, mesh, config, total_steps=100)
-    accumulation = hparams.gradient_accumulation_steps(config.batch, config.mesh.fsdp)
-    micro = config.batch.per_device_size * config.mesh.fsdp
+    mesh = sharding.make_mesh(config.mesh.fsdp, config.mesh.tp)
+    state = trainer.load_state(base_dir, dims, mesh, config, total_steps=100)
+    accumulation, micro, seq_len = mesh_plan.batch_shape(config)
     per_step = accumulation * micro
-    seq_len = config.data.max_seq_len
     examples = synthetic_examples(per_step * (steps + 1) * 4, seq_len, dims.vocab)
     results = {}
     for mode, arrange in (("padding", packing.pad), ("packing", packing.pack)):

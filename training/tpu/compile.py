@@ -6,7 +6,7 @@
 Builds the config's model, LoRA and optimizer state abstractly from the base
 model's config.json alone (a Hub id, a directory or a config.json file; the
 31B config ships with the repository), compiles exactly the step `sft` runs
-for the machine's topology (tools/common/machines.py) on compile-only devices,
+for the machine's topology (common/machines.py) on compile-only devices,
 and prints and writes WORKDIR/compile.json: XLA's bytes per chip against HBM
 and against the planner, its FLOPs against training/common/flops.py, its
 estimate of the step time, and the predicted tokens/s, trained tokens/s and
@@ -30,8 +30,8 @@ from absl import app
 from absl import flags
 from absl import logging as absl_logging
 
-from tools.common import cli
-from tools.common import config_cli
+from common import cli
+from common import config_cli
 
 _CONFIG = config_cli.define_config_flag(__file__, default="v5p8.py")
 _WORKDIR = flags.DEFINE_string("workdir", "runs/tpu-compile", "Where compile.json goes.")
@@ -62,14 +62,11 @@ class CompileError(cli.UserError):
     pass
 
 
-def measured_fractions(config, base_name, packing):
+def measured_fractions(config, base_name):
     """(non-padding, trained) shares of token positions of the config's data."""
     from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
     from data import packing as packing_lib  # pylint: disable=import-outside-toplevel
     from data import pipeline  # pylint: disable=import-outside-toplevel
-    data_config = config.data.copy_and_resolve_references()
-    with data_config.unlocked():
-        data_config.packing = packing
     try:
         tokenizer = AutoTokenizer.from_pretrained(base_name)
     except Exception as e:  # network, auth, a directory without a tokenizer alike
@@ -77,24 +74,35 @@ def measured_fractions(config, base_name, packing):
                            f"token fractions ({e}); pass --non_padding_fraction and "
                            "--trained_fraction (and --reference_* with "
                            "--compare_reference)") from e
-    sequences = pipeline.prepare(data_config, tokenizer).sequences
+    sequences = pipeline.prepare(config.data, tokenizer).sequences
     trained = float(sequences["loss_mask"][:, 1:].sum()) / sequences["loss_mask"].size
     return packing_lib.non_padding_fraction(sequences), trained
 
 
-def _fractions(config, base_name, packing, non_padding, trained):
+def _fractions(config, base_name, non_padding, trained):
     if non_padding is not None and trained is not None:
         return non_padding, trained
-    return measured_fractions(config, base_name, packing)
+    return measured_fractions(config, base_name)
 
 
-def reference_setting(setting, chips):
-    """The reference's step at the same sequence length, on `chips` chips: tp=4 (fsdp
-    over the rest), one row per replica, 8 padded rows per step, dense attention and
-    all logits at once."""
-    return dataclasses.replace(setting, fsdp=max(1, chips // 4), tp=4, per_device_batch=1,
-                               effective_batch=8, remat=True, attention="dense",
-                               loss_chunk=0)
+def reference_config(config, chips):
+    """`config` changed to the reference's step at the same sequence length, on
+    `chips` chips: tp=4 (fsdp over the rest), one row per replica, 8 padded rows
+    per step, remat, dense attention and all logits at once."""
+    reference = config.copy_and_resolve_references()
+    reference.mesh.fsdp, reference.mesh.tp = max(1, chips // 4), 4
+    reference.batch.per_device_size, reference.batch.effective_size = 1, 8
+    reference.data.packing = False
+    reference.remat, reference.attention.kernel, reference.loss_chunk = True, "dense", 0
+    return reference
+
+
+def compiled_shape(config):
+    """What the compiled step depends on: the config without its data, but for the
+    sequence length (padded and packed rows of one length compile alike)."""
+    shape = {name: value for name, value in config.to_dict().items() if name != "data"}
+    return json.dumps({**shape, "seq_len": config.data.max_seq_len}, sort_keys=True,
+                      default=str)
 
 
 def main(argv):
@@ -104,9 +112,10 @@ def main(argv):
     logging.getLogger("training").setLevel(logging.INFO)
     from training.tpu import aot  # pylint: disable=import-outside-toplevel
     aot.use_libtpu()  # before anything starts JAX
-    from tools.common import machines  # pylint: disable=import-outside-toplevel
+    from common import machines  # pylint: disable=import-outside-toplevel
     from training.formats import base_model  # pylint: disable=import-outside-toplevel
     from training.formats import gemma4_map  # pylint: disable=import-outside-toplevel
+    from training.tpu import mesh_plan  # pylint: disable=import-outside-toplevel
 
     config = _CONFIG.value
     workdir = config_cli.user_path(_WORKDIR.value)
@@ -126,27 +135,27 @@ def main(argv):
             raise CompileError(f"--layers={','.join(_LAYERS.value)}: indices of the base's "
                                f"{dims.num_layers} layers") from None
         dims = dataclasses.replace(dims, layer_types=types)
-    setting = aot.Setting.from_config(config)
     tokenizer_source = config.model.name
     rows = []
-    plans = [(setting, config.data.packing, _NON_PADDING.value, _TRAINED.value, False)]
+    plans = [(config, _NON_PADDING.value, _TRAINED.value, False)]
     if _COMPARE.value:
-        plans.insert(0, (reference_setting(setting, machine.chips), False,
-                         _REF_NON_PADDING.value, _REF_TRAINED.value, True))
-    measured = {}  # setting -> what XLA measured: padded and packed rows compile alike
-    for plan_setting, packing, non_padding, trained, is_reference in plans:
-        non_padding, trained = _fractions(config, tokenizer_source, packing, non_padding,
-                                          trained)
-        if plan_setting not in measured:
+        plans.insert(0, (reference_config(config, machine.chips), _REF_NON_PADDING.value,
+                         _REF_TRAINED.value, True))
+    measured = {}  # compiled_shape -> what XLA measured
+    for plan_config, non_padding, trained, is_reference in plans:
+        non_padding, trained = _fractions(plan_config, tokenizer_source, non_padding, trained)
+        key = compiled_shape(plan_config)
+        if key not in measured:
+            accumulation, micro_batch, seq_len = mesh_plan.batch_shape(plan_config)
             print(f"compiling {'the reference step' if is_reference else 'the step'} for "
-                  f"{machine.topology} ({dims.num_layers} layers, mesh {plan_setting.fsdp} x "
-                  f"{plan_setting.tp}, {plan_setting.micro_batch} x "
-                  f"{plan_setting.accumulation} x {plan_setting.seq_len} tokens)...",
-                  flush=True)
-            measured[plan_setting] = aot.compile_step(dims, config, plan_setting, machine)
-        row = aot.row(dims, config, plan_setting, machine, measured[plan_setting],
+                  f"{machine.topology} ({dims.num_layers} layers, mesh "
+                  f"{plan_config.mesh.fsdp} x {plan_config.mesh.tp}, {micro_batch} x "
+                  f"{accumulation} x {seq_len} tokens)...", flush=True)
+            measured[key] = aot.compile_step(dims, plan_config, machine)
+        row = aot.row(dims, plan_config, machine, measured[key],
                       non_padding_fraction=non_padding, trained_fraction=trained)
-        row.update(packing=packing, reference=is_reference, base_config=source)
+        row.update(packing=plan_config.data.packing, reference=is_reference,
+                   base_config=source)
         rows.append(row)
     result = {"rows": rows}
     if len(rows) == 1:

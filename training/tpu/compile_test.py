@@ -22,7 +22,7 @@ aot.use_libtpu()  # before JAX starts
 # pylint: disable=wrong-import-position
 from absl.testing import absltest
 
-from tools.common import machines
+from common import machines
 from training.common import hparams
 from training.formats import base_model
 from training.formats import gemma4_map
@@ -44,6 +44,13 @@ def small_dims():
                                kv_heads=4, global_kv_heads=4, head_dim=64, global_head_dim=128)
 
 
+def v5p8_with(**overrides):
+    """v5p8.py with fields overridden (`"mesh.tp": 8`)."""
+    config = v5p8.get_config()
+    config.update_from_flattened_dict(overrides)
+    return config
+
+
 class CompileTest(absltest.TestCase):
 
     def test_shipped_31b_config_has_the_recipe_widths(self):
@@ -55,8 +62,8 @@ class CompileTest(absltest.TestCase):
         self.assertTrue(dims.k_eq_v_global)
         self.assertEqual(dims.layer_types.count(gemma4_map.GLOBAL), 10)
 
-    def check_31b_two_layers(self, setting):
-        row = aot.compile_row(real_31b([0, 5]), v5p8.get_config(), setting, V5P8,
+    def check_31b_two_layers(self, config):
+        row = aot.compile_row(real_31b([0, 5]), config, V5P8,
                               non_padding_fraction=0.3, trained_fraction=0.2)
         print(json.dumps(row, indent=1))
         self.assertEqual(row["topology"], "v5p:2x2x1")
@@ -68,18 +75,18 @@ class CompileTest(absltest.TestCase):
         self.assertAlmostEqual(row["xla_flops"] / row["expected_compiled_flops"], 1.0, delta=0.02)
         # Bytes: the planner is a formula, not a simulation of XLA's buffer
         # assignment; within 15% of XLA's per-chip total it sizes runs safely
-        # under the 90% HBM limit (tools/common/machines.py).
+        # under the 90% HBM limit (common/machines.py).
         self.assertAlmostEqual(row["planner_bytes"] / row["per_chip_bytes"], 1.0, delta=0.15)
         self.assertGreater(row["optimal_seconds"], 0)
         self.assertGreater(row["predicted_mfu"], 0)
         return row
 
     def test_31b_two_layers_on_v5p8_agree_with_planner_and_flops(self):
-        setting = aot.Setting.from_config(v5p8.get_config())
-        self.assertEqual((setting.fsdp, setting.tp, setting.micro_batch, setting.accumulation,
-                          setting.seq_len, setting.attention, setting.remat),
-                         (1, 4, 2, 4, 3072, "splash", False))
-        row = self.check_31b_two_layers(setting)
+        config = v5p8.get_config()
+        self.assertEqual((config.mesh.fsdp, config.mesh.tp, *mesh_plan.batch_shape(config),
+                          config.attention.kernel, config.remat),
+                         (1, 4, 4, 2, 3072, "splash", False))
+        row = self.check_31b_two_layers(config)
         # Splash attention is a Pallas kernel: counted by hand, its time added.
         [kernel] = row["analytic_kernels"]
         self.assertEqual(kernel["name"], "splash_attention")
@@ -89,36 +96,30 @@ class CompileTest(absltest.TestCase):
     def test_the_scan_body_is_counted_once(self):
         # compile_row multiplies XLA's counts by the accumulation steps: true
         # only while XLA counts a loop's body once. A change of XLA fails here.
-        config = v5p8.get_config()
         costs = []
         for accumulation in (1, 4):
-            setting = dataclasses.replace(aot.Setting.from_config(config), seq_len=256,
-                                          per_device_batch=1, effective_batch=accumulation)
-            lowered = aot.lower_step(small_dims(), config, setting,
-                                        aot.topology_devices(V5P8.topology))
+            config = v5p8_with(**{"data.max_seq_len": 256, "batch.per_device_size": 1,
+                                  "batch.effective_size": accumulation})
+            lowered = aot.lower_step(small_dims(), config, aot.topology_devices(V5P8.topology))
             costs.append(aot.cost(lowered.compile())["flops"])
         self.assertAlmostEqual(costs[1] / costs[0], 1.0, delta=0.01)
 
     def test_tp8_is_refused_before_any_compile(self):
-        config = v5p8.get_config()
-        setting = dataclasses.replace(aot.Setting.from_config(config), fsdp=1, tp=8)
+        config = v5p8_with(**{"mesh.fsdp": 1, "mesh.tp": 8})
         with mock.patch.object(aot, "lower_step", side_effect=AssertionError("compiled")):
             with self.assertRaisesRegex(mesh_plan.MeshError,
                                         r"tp=8 does not divide the global KV heads \(4\)"):
-                aot.compile_row(real_31b(range(60)), config, setting,
-                                machines.get("tpu-v5p-16"), non_padding_fraction=1.0,
-                                trained_fraction=1.0)
+                aot.compile_row(real_31b(range(60)), config, machines.get("tpu-v5p-16"),
+                                non_padding_fraction=1.0, trained_fraction=1.0)
 
     def test_a_batch_that_does_not_split_is_refused_before_any_compile(self):
-        config = v5p8.get_config()
         for effective in (4, 0):  # under one micro-batch of 2 x 4; none at all
-            setting = dataclasses.replace(aot.Setting.from_config(config), fsdp=4, tp=1,
-                                          effective_batch=effective)
+            config = v5p8_with(**{"mesh.fsdp": 4, "mesh.tp": 1,
+                                  "batch.effective_size": effective})
             with mock.patch.object(aot, "lower_step", side_effect=AssertionError("compiled")):
                 with self.assertRaisesRegex(hparams.RecipeError, f"effective batch {effective}"):
-                    aot.compile_row(real_31b(range(60)), config, setting,
-                                    machines.get("tpu-v5p-16"), non_padding_fraction=1.0,
-                                    trained_fraction=1.0)
+                    aot.compile_row(real_31b(range(60)), config, machines.get("tpu-v5p-16"),
+                                    non_padding_fraction=1.0, trained_fraction=1.0)
 
     def test_binary_writes_compile_json_and_compares_with_the_reference(self):
         with tempfile.TemporaryDirectory() as tmp:

@@ -8,7 +8,7 @@ def tpu_config(recipe, *, model, dtype, fsdp, tp, machine, cpu_devices=0):
     c = recipe
     c.model = config_dict.ConfigDict({"name": model, "dtype": dtype})
     c.mesh = config_dict.ConfigDict({"fsdp": fsdp, "tp": tp})
-    # A name in tools/common/machines.py: HBM per chip (the fit check) and peak (MFU).
+    # A name in common/machines.py: HBM per chip (the fit check) and peak (MFU).
     c.machine = machine
     # 8 virtual CPU devices make mesh and sharding code paths real on a laptop.
     c.cpu_devices = cpu_devices

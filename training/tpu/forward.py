@@ -41,7 +41,7 @@ from jax.experimental.pallas.ops.tpu.splash_attention import splash_attention_ma
 from jax.sharding import PartitionSpec as P
 from tunix.models.gemma4 import model as gemma4
 
-from tools.common import cli
+from common import cli
 from training.formats import gemma4_map
 
 KERNELS = ("dense", "splash")

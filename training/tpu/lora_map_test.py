@@ -29,7 +29,7 @@ class LoraMapTest(parameterized.TestCase):
         peft = lora_map.qwix_to_peft(dims, qwix)
         for name, value in peft.items():
             layer = int(name.split(".layers.")[1].split(".")[0])
-            _, head_dim, _ = dims.attention(layer)
+            head_dim = dims.attention(layer).head_dim
             if name.endswith("lora_A.weight"):
                 self.assertEqual(value.shape[0], 4, name)
             if ".q_proj.lora_B" in name:

@@ -11,10 +11,11 @@ at once, naming the dimension and listing the meshes that would work.
 
 import dataclasses
 
-from tools.common import cli
-from training.formats import gemma4_map
+from common import cli
+from training.common import hparams
 from training.common.flops import lora_parameter_count
 from training.common.flops import parameter_count
+from training.formats import gemma4_map
 
 
 class MeshError(cli.UserError):
@@ -29,6 +30,18 @@ class Mesh:
     @property
     def devices(self):
         return self.fsdp * self.tp
+
+    @classmethod
+    def from_config(cls, config):
+        return cls(config.mesh.fsdp, config.mesh.tp)
+
+
+def batch_shape(config):
+    """(accumulation steps, micro-batch, sequence length) of one optimizer step's
+    batch; a micro-batch is the per-device batch on each of the fsdp replicas."""
+    micro_batch = config.batch.per_device_size * config.mesh.fsdp
+    return (hparams.gradient_accumulation_steps(config.batch, config.mesh.fsdp), micro_batch,
+            config.data.max_seq_len)
 
 
 def sharded_dimensions(dims):
@@ -81,17 +94,13 @@ def check(mesh, dims, num_devices, batch_per_step=None):
 GIB = 1024**3
 
 
-# Calibration of the activation terms against XLA's buffer assignment for the
-# 31B widths on v5p-8 (README, "The 31B step compiled"): how many tensors of
-# each kind a layer keeps for its backward pass, and the bytes per logit.
-# Fitted to all 60 layers (splash, no remat, micro-batch 2: XLA 42.3 GiB,
-# planner 1.02x; dense with remat, micro-batch 1: 17.7 GiB, 1.07x) and to two
-# layers (1.03x to 1.08x without remat; up to 1.27x over with remat).
+# The activation terms, calibrated on XLA's buffer assignment for the 31B widths
+# on v5p-8 (the README's compile tables hold the fit): how many tensors of each
+# kind a layer keeps for its backward pass, and the bytes per logit.
 STREAM_TENSORS = 2  # fp32 [tokens, D]: norms compute in fp32; D is not split over tp
 MLP_TENSORS = 3  # [tokens, F / tp] in the base dtype: gate, up and their product
 LOGIT_BYTES = 3  # per [token, vocab / tp] entry: between bf16 logits and an fp32 copy
-# With fsdp > 1: all-gathered copies of the embedding and a layer (one point:
-# two layers on fsdp=4, tp=1, 1.13x to 1.5x over XLA).
+# With fsdp > 1: all-gathered copies of the embedding and a layer.
 GATHERED_COPIES = 3
 
 
@@ -140,13 +149,15 @@ def hbm_estimate(dims, mesh, *, seq_len, micro_batch, base_bytes, lora_rank, tun
 BYTES = {"bfloat16": 2, "float32": 4}
 
 
-def config_estimate(dims, config, mesh, *, seq_len, micro_batch, remat, attention):
-    """hbm_estimate for a TPU training config's dtype and LoRA."""
+def config_estimate(dims, config):
+    """hbm_estimate for a TPU training config: its mesh, batch, dtype, LoRA, remat and
+    attention kernel."""
+    _, micro_batch, seq_len = batch_shape(config)
     return hbm_estimate(
-        dims, mesh, seq_len=seq_len, micro_batch=micro_batch,
+        dims, Mesh.from_config(config), seq_len=seq_len, micro_batch=micro_batch,
         base_bytes=BYTES[config.model.dtype], lora_rank=config.lora.rank,
-        tunix_modules=gemma4_map.tunix_lora_modules(config.lora.target_modules), remat=remat,
-        attention=attention)
+        tunix_modules=gemma4_map.tunix_lora_modules(config.lora.target_modules),
+        remat=bool(config.remat), attention=config.attention.kernel)
 
 
 def format_estimate(parts, hbm_bytes=None):

@@ -2,7 +2,7 @@ import time
 
 from absl.testing import absltest
 
-from tools.common import machines
+from common import machines
 from training.common import flops
 from training.common import hparams
 from training.formats import gemma4_map

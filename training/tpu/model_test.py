@@ -12,8 +12,8 @@ from training.tpu import testing  # sets up 8 CPU devices first
 # pylint: disable=wrong-import-order
 from training.formats import base_model
 from training.formats import gemma4_map
-from training.tpu import model as model_lib
 from training.tpu import forward
+from training.tpu import model as model_lib
 
 # Every size distinct where the architecture allows, so a swapped axis fails. The
 # checkpoints are multimodal (vision tensors skipped) unless `multimodal=False`.

@@ -13,8 +13,8 @@ from absl import app
 from absl import flags
 from absl import logging as absl_logging
 
-from tools.common import cli
-from tools.common import config_cli
+from common import cli
+from common import config_cli
 
 _CONFIG = config_cli.define_config_flag(__file__)
 _WORKDIR = flags.DEFINE_string(

@@ -1,4 +1,9 @@
-"""PartitionSpecs for the LoRA factors and the optimizer state.
+"""The mesh, and PartitionSpecs for the LoRA factors and the optimizer state.
+
+`make_mesh` is the one constructor of the ("fsdp", "tp") mesh, for training,
+the AOT compile, verify and tests: `jax.make_mesh` orders the devices so that
+on TPUs each axis follows the chips' interconnect (on CPU the order is the
+plain reshape).
 
 Qwix gives a LoRA factor the sharding of its base weight, transposed to the
 factor's axes. That can leave a spec whose length differs from the factor's
@@ -14,6 +19,15 @@ import optax
 from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+
+
+AXES = ("fsdp", "tp")
+
+
+def make_mesh(fsdp, tp, devices=None):
+    """The (fsdp, tp) mesh over the first fsdp x tp of `devices` (default: all of them)."""
+    return jax.make_mesh((fsdp, tp), AXES, axis_types=(jax.sharding.AxisType.Auto,) * 2,
+                         devices=jax.devices() if devices is None else devices)
 
 
 def _axis_size(mesh, axis):

@@ -50,9 +50,9 @@ class MeshShardingTest(parameterized.TestCase):
         if problems:
             # The plan's verdict matches what sharding the real model does.
             with self.assertRaisesRegex(ValueError, "divide"):
-                trainer.build_state(path, dims, mesh, config, total_steps=4)
+                trainer.load_state(path, dims, mesh, config, total_steps=4)
             return
-        state = trainer.build_state(path, dims, mesh, config, total_steps=4)
+        state = trainer.load_state(path, dims, mesh, config, total_steps=4)
         lora_leaves = jax.tree.leaves(state.lora)
         self.assertNotEmpty(lora_leaves)
         for leaf in lora_leaves:  # placed as planned, leaf by leaf

@@ -32,10 +32,8 @@ def tiny_checkpoint(directory, seed=0, **overrides):
 
 
 def mesh(fsdp, tp):
-    devices = jax.devices()[:fsdp * tp]
-    import numpy as np  # pylint: disable=import-outside-toplevel
-    return jax.sharding.Mesh(np.asarray(devices).reshape(fsdp, tp), ("fsdp", "tp"),
-                             axis_types=(jax.sharding.AxisType.Auto,) * 2)
+    from training.tpu import sharding  # pylint: disable=import-outside-toplevel
+    return sharding.make_mesh(fsdp, tp)
 
 
 def cpu_config(**overrides):

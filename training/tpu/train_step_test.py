@@ -51,7 +51,7 @@ class LossTest(absltest.TestCase):
     def test_loss_is_normalized_over_the_whole_effective_batch(self):
         config = testing.cpu_config(**{"lora.dropout": 0.0, "mesh.fsdp": 1, "mesh.tp": 1})
         path, dims = testing.tiny_checkpoint(self.create_tempdir().full_path)
-        state = trainer.build_state(path, dims, self.mesh, config, total_steps=10)
+        state = trainer.load_state(path, dims, self.mesh, config, total_steps=10)
         rng = np.random.default_rng(1)
         batch = testing.batch(rng, accumulation=3, micro_batch=2, seq_len=32, vocab=dims.vocab)
         batch["loss_mask"][1] = 0  # an accumulation step with nothing to train

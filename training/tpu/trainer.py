@@ -7,34 +7,27 @@ existing checkpoint was made with this model and LoRA shape. Only then are
 weights loaded and XLA compiles the step.
 """
 
-import dataclasses
 import logging
 import os
 import time
-import types
 
 import jax
 import numpy as np
-from flax import nnx
 from jax.experimental import multihost_utils
-from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
+from common import machines
 from data import views
-from tools.common import machines
-from training.common import hparams
 from training.common import lifecycle
 from training.common import run_dir as run_dir_lib
 from training.formats import base_model
 from training.formats import gemma4_map
 from training.formats import orbax_lora
 from training.tpu import checkpoints as checkpoints_lib
-from training.tpu import forward
 from training.tpu import mesh_plan
 from training.tpu import model as model_lib
 from training.tpu import optimizer as optimizer_lib
 from training.tpu import sharding
-from training.tpu import train_step
+from training.tpu import state as state_lib
 
 log = logging.getLogger("training.tpu")
 
@@ -66,85 +59,44 @@ def _any_process(flag):
     return bool(np.any(multihost_utils.process_allgather(np.array([flag], np.int32))))
 
 
-def plan(run, num_devices):
+def plan(dims, config, machine, num_devices):
     """Checks the mesh against the model and the HBM estimate against the machine."""
-    config = run.config
-    mesh = mesh_plan.Mesh(config.mesh.fsdp, config.mesh.tp)
-    micro_batch = config.batch.per_device_size * mesh.fsdp
-    mesh_plan.check(mesh, run.dims, num_devices, micro_batch)
-    estimate = mesh_plan.config_estimate(
-        run.dims, config, mesh, seq_len=config.data.max_seq_len, micro_batch=micro_batch,
-        remat=config.remat, attention=config.attention.kernel)
-    hbm = run.machine.hbm_bytes_per_chip
+    mesh = mesh_plan.Mesh.from_config(config)
+    accumulation, micro_batch, _ = mesh_plan.batch_shape(config)
+    mesh_plan.check(mesh, dims, num_devices, micro_batch)
+    estimate = mesh_plan.config_estimate(dims, config)
+    hbm = machine.hbm_bytes_per_chip
     log.info("mesh (fsdp=%d, tp=%d), micro-batch %d x %d accumulation steps; HBM estimate "
-             "per chip:\n%s", mesh.fsdp, mesh.tp, micro_batch, run.accumulation,
+             "per chip:\n%s", mesh.fsdp, mesh.tp, micro_batch, accumulation,
              mesh_plan.format_estimate(estimate, hbm))
     mesh_plan.check_fits(estimate, hbm)
-    return mesh, micro_batch
 
 
 def preflight(config):
     """`plan` from a Hub base's config.json alone, before any weight downloads.
 
     A mesh that cannot split the model, or a step over the chip's HBM, then
-    fails in seconds instead of after a 62 GB download. Returns plan's
-    (mesh, micro-batch), or None for local and tiny bases, which `plan` checks
-    once they are open.
+    fails in seconds instead of after a 62 GB download. Returns whether it
+    planned: local and tiny bases are planned once they are open.
     """
     name = config.model.name
     if os.path.exists(name) or not base_model.is_hub_id(name):
-        return None
+        return False
     dims = gemma4_map.Dims.from_hf_config(base_model.config_only(name)[0])
-    return plan(types.SimpleNamespace(
-        config=config, dims=dims, machine=machines.get(config.machine),
-        accumulation=hparams.gradient_accumulation_steps(config.batch, config.mesh.fsdp)),
-        jax.device_count())
+    plan(dims, config, machines.get(config.machine), jax.device_count())
+    return True
 
 
-def make_mesh(shape):
-    devices = np.asarray(jax.devices()).reshape(shape.fsdp, shape.tp)
-    return jax.sharding.Mesh(devices, ("fsdp", "tp"),
-                             axis_types=(jax.sharding.AxisType.Auto,) * 2)
-
-
-@dataclasses.dataclass
-class State:
-    """What the loop needs: sharded LoRA and optimizer state, the frozen base, the step."""
-    lora: object
-    opt_state: object
-    base: object
-    rngs: object
-    lora_shardings: object
-    opt_shardings: object
-    batch_sharding: object
-    step: train_step.StepFunctions
-
-
-def build_state(base_dir, dims, mesh, config, total_steps):
-    """Loads the base, adds LoRA, places LoRA and optimizer state, jits the step."""
+def load_state(base_dir, dims, mesh, config, total_steps):
+    """Loads the base with fresh (or `lora.init_from`) LoRA factors; the state around it."""
     started = time.time()
     model = model_lib.load(base_dir, dims, mesh, config.model.dtype, config.lora, config.seed)
     if config.lora.init_from:
         # An Orbax LoRA state: a checkpoint step or //conversion:import_adapter's output.
         model_lib.set_lora(model, orbax_lora.read(config.lora.init_from))
-    model_lib.enable_remat(model, config.remat)
-    forward.configure(model, forward.Attention.on_mesh(config.attention.kernel,
-                                                       config.attention.block, mesh))
-    graphdef, lora, rngs, base = nnx.split(model, nnx.LoRAParam, nnx.RngState, ...)
     log.info("base model loaded and LoRA added in %.1fs: %d LoRA tensors",
-             time.time() - started, len(nnx.to_flat_state(lora)))
-    optimizer = optimizer_lib.make_optimizer(config.optimizer, total_steps)
-    lora_shardings = sharding.lora_shardings(lora, mesh)
-    lora = sharding.place(lora, lora_shardings)
-    opt_shardings = sharding.optimizer_shardings(
-        optimizer, jax.eval_shape(optimizer.init, lora), lora_shardings, mesh)
-    opt_state = jax.jit(optimizer.init, out_shardings=opt_shardings)(lora)
-    batch_sharding = NamedSharding(mesh, P(None, "fsdp", None))
-    step = train_step.make_step(graphdef, optimizer, lora_shardings=lora_shardings,
-                                opt_shardings=opt_shardings, batch_sharding=batch_sharding,
-                                loss_chunk=config.loss_chunk)
-    return State(lora, opt_state, base, rngs, lora_shardings, opt_shardings, batch_sharding,
-                 step)
+             time.time() - started, len(model_lib.lora_names(model)))
+    return state_lib.build(model, mesh, config, total_steps)
 
 
 def train(config, workdir):
@@ -153,14 +105,17 @@ def train(config, workdir):
     planned = preflight(config)
     run = lifecycle.start(config, workdir, stack="tpu", is_main=jax.process_index() == 0,
                           barrier=lambda: _sync("base model"), data_parallel=config.mesh.fsdp)
-    mesh_shape, micro_batch = planned or plan(run, jax.device_count())
+    if not planned:
+        plan(run.dims, config, run.machine, jax.device_count())
     checkpoints = checkpoints_lib.manager(
         os.path.join(workdir, run_dir_lib.CHECKPOINTS), config.checkpoints_to_keep,
         config.checkpoint_every_steps)
     checkpoints_lib.check_latest(checkpoints, run.lora_meta)
     log.info(lifecycle.load_data(run))
 
-    state = build_state(run.base_dir, run.dims, make_mesh(mesh_shape), config, run.total_steps)
+    mesh = sharding.make_mesh(config.mesh.fsdp, config.mesh.tp)
+    state = load_state(run.base_dir, run.dims, mesh, config, run.total_steps)
+    _, micro_batch, _ = mesh_plan.batch_shape(config)
     micro_batches = views.grain_batches(run.prepared.sequences, micro_batch,
                                         jax.process_index(), jax.process_count())
     data_iterator = iter(micro_batches.to_iter_dataset())
@@ -174,20 +129,19 @@ def train(config, workdir):
         lifecycle.write_run_info(
             run, devices=jax.device_count(), processes=jax.process_count(),
             device_kind=jax.devices()[0].device_kind,
-            parallelism={"data": mesh_shape.fsdp, "tensor": mesh_shape.tp,
-                         "fsdp": mesh_shape.fsdp > 1})
-    return _loop(run, state, step, data_iterator, micro_batch, checkpoints)
+            parallelism={"data": config.mesh.fsdp, "tensor": config.mesh.tp,
+                         "fsdp": config.mesh.fsdp > 1})
+    return _loop(run, state, step, data_iterator, checkpoints)
 
 
-def _global_batch(data_iterator, accumulation, micro_batch, batch_sharding):
-    micro = [next(data_iterator) for _ in range(accumulation)]
+def _global_batch(data_iterator, shape, batch_sharding):
+    micro = [next(data_iterator) for _ in range(shape[0])]
     local = {name: np.stack([m[name] for m in micro]) for name in micro[0]}
-    return {name: jax.make_array_from_process_local_data(
-        batch_sharding, value, (accumulation, micro_batch, value.shape[-1]))
-        for name, value in local.items()}
+    return {name: jax.make_array_from_process_local_data(batch_sharding, value, shape)
+            for name, value in local.items()}
 
 
-def _loop(run, state, step, data_iterator, micro_batch, checkpoints):
+def _loop(run, state, step, data_iterator, checkpoints):
     config, main = run.config, jax.process_index() == 0
     writer = run_dir_lib.MetricsWriter(run.workdir, resume_step=step, enabled=main)
     preemption = lifecycle.Preemption(agree=_any_process)
@@ -202,7 +156,7 @@ def _loop(run, state, step, data_iterator, micro_batch, checkpoints):
     try:
         while step < run.total_steps:
             started = time.time()
-            batch = _global_batch(data_iterator, run.accumulation, micro_batch,
+            batch = _global_batch(data_iterator, mesh_plan.batch_shape(config),
                                   state.batch_sharding)
             key = jax.random.fold_in(seed_key, step)
             lora, opt_state, metrics = state.step.train(lora, opt_state, state.base,

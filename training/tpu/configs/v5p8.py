@@ -4,21 +4,19 @@ tp=4 is the largest tensor-parallel size Gemma 4 31B allows: its global layers
 have 4 KV heads, so tp=8 cannot shard them.
 
 The settings are the fastest that fit, by //training/tpu:compile (XLA's
-estimate for v5p:2x2x1, all 60 layers; README "The 31B step compiled"):
+estimate for v5p:2x2x1; the README's compile tables, "The 31B step compiled",
+hold the measured sweep and the comparison with the reference's settings):
 
 - packed: the reference pads each row (~922 tokens on average) to 3072, so
-  31% of token positions hold data; packing fills 96%;
+  most token positions are padding; packing fills nearly all of them;
 - splash attention (segment ids): skips the blocks the causal and 1024-token
   window masks rule out, and keeps no 3072 x 3072 scores;
 - no remat: without the scores a layer's activations are small enough to
-  keep (44% of HBM), and no layer's forward pass runs twice;
-- micro-batch 2 x 4 accumulation steps: 2 per pass was 8% faster than 1 on a
-  2-layer sweep, 4 and 8 only 2% more, and 4 would need ~70% of HBM;
-- tp=4: pure fsdp (4 x 1) was 19% slower at the same micro-batch.
-
-Together: 5.7x the reference's predicted trained tokens/s (63.6% MFU by
-XLA's estimate, against 11.2%). Chunked logits (loss_chunk) were slower and
-larger here, so they stay off.
+  keep, and no layer's forward pass runs twice;
+- micro-batch 2 x 4 accumulation steps: 2 sequences per pass are faster than
+  1; more gain little and cost much more HBM;
+- tp=4: pure fsdp (4 x 1) is slower at the same micro-batch;
+- all logits at once: chunked logits (loss_chunk) were slower and larger.
 
 The batch stays 8 sequences per optimizer step, as on the GPU stack (which
 cannot pack with sdpa attention). Packed, 8 sequences hold ~26 examples

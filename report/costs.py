@@ -1,4 +1,4 @@
-"""The cost arithmetic of the comparison, written once (prices: tools/common/machines.py).
+"""The cost arithmetic of the comparison, written once (prices: common/machines.py).
 
     training cost        = hours x $/hour
     $ per 1M tokens      = $/hour / (tokens/s x 3600 / 1e6)

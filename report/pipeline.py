@@ -17,7 +17,7 @@ WORKDIR/logs/STAGE.log):
                                                    -> WORKDIR/eval-{base,finetuned}
             and on --sample_problems of the sample tasks (//eval:sample_tasks)
                                                    -> WORKDIR/eval-sample-{base,finetuned}
-  report    //tools:report of all of the above     -> WORKDIR/report
+  report    //report:report of all of the above     -> WORKDIR/report
 A stage whose outputs are complete is skipped, so rerunning after an
 interruption resumes (the trainers resume from their checkpoints). A failing
 stage is named with its log; finished stages are kept. `--base_url` uses a
@@ -33,9 +33,9 @@ import time
 from absl import app
 from absl import flags
 
+from common import cli
+from common import config_cli
 from serving import launcher
-from tools.common import cli
-from tools.common import config_cli
 
 STAGES = ("tpu_sft", "gpu_sft", "export", "bench", "eval", "report")
 SERVER_START_TIMEOUT_S = 1800  # vLLM on CPU starts in ~2 min; on TPU it compiles for ~8
@@ -183,7 +183,7 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
     runs = [d for d in (tpu, gpu, p.path("bench"), *(out for _, _, out in evals))
             if _complete(d, "run.json") or _complete(d, "summary.json")]
     stage("report", lambda: False, lambda: p.run(
-        "report", "tools.report", f"--runs={','.join(runs)}", f"--out={p.path('report')}"))
+        "report", "report.report", f"--runs={','.join(runs)}", f"--out={p.path('report')}"))
     return status
 
 

@@ -12,7 +12,7 @@ machine, as the reference study used them (training/common/recipe.md).
 
 import dataclasses
 
-from tools.common import cli
+from common import cli
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,4 +70,4 @@ def get(name):
         return MACHINES[name]
     except KeyError:
         raise UnknownMachine(f"unknown machine {name!r}; known: {', '.join(MACHINES)} "
-                             "(tools/common/machines.py)") from None
+                             "(common/machines.py)") from None

@@ -5,8 +5,8 @@ import sys
 
 from absl.testing import absltest
 
-from tools import comparison
-from tools import runs as runs_lib
+from report import comparison
+from report import runs as runs_lib
 
 
 def _write(path, value):
@@ -97,7 +97,7 @@ class RunsReportTest(absltest.TestCase):
         ]
         out = os.path.join(tmp, "report")
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-        done = subprocess.run([sys.executable, "-m", "tools.report", "--runs=" + ",".join(
+        done = subprocess.run([sys.executable, "-m", "report.report", "--runs=" + ",".join(
             directories), f"--out={out}"], env=env, capture_output=True, text=True,
             timeout=300, check=False)
         self.assertEqual(done.returncode, 0, done.stderr[-3000:])

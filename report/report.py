@@ -1,12 +1,12 @@
 """Turns training, serving and evaluation results into the TPU-vs-GPU comparison.
 
-    bazel run //tools:report -- --runs=runs/v5p8,runs/h100x2,out/bench-tpu,out/eval --out=report
-    bazel run //tools:report -- --reference --out=report-paper
+    bazel run //report:report -- --runs=runs/v5p8,runs/h100x2,out/bench-tpu,out/eval --out=report
+    bazel run //report:report -- --reference --out=report-paper
 
-Reads the run directories given (tools/runs.py says which kinds) or, with
+Reads the run directories given (report/runs.py says which kinds) or, with
 --reference, the published figures of arXiv 2605.25645, and writes into --out
 the report as JSON (every figure, with the file it came from), as Markdown and
-as self-contained HTML (plots embedded, opens offline), and the plots as PNG. Prices and peaks come from the machine table (tools/common/machines.py).
+as self-contained HTML (plots embedded, opens offline), and the plots as PNG. Prices and peaks come from the machine table (common/machines.py).
 An input that is missing is said to be missing, never filled in. With
 --reference the report also checks the paper's claims against its own inputs.
 """
@@ -19,10 +19,10 @@ import os
 from absl import app
 from absl import flags
 
-from tools import comparison
-from tools import runs as runs_lib
-from tools.common import cli
-from tools.common import config_cli
+from common import cli
+from common import config_cli
+from report import comparison
+from report import runs as runs_lib
 
 _CONFIG = config_cli.define_config_flag(__file__)
 _RUNS = flags.DEFINE_list("runs", [], "Run directories: training, serving sweeps, evaluations.")

@@ -6,7 +6,7 @@ from unittest import mock
 from absl import flags
 from absl.testing import absltest
 
-from tools.common import config_cli
+from common import config_cli
 
 _CONFIG_TEMPLATE = textwrap.dedent("""\
     from ml_collections import config_dict

@@ -1,7 +1,7 @@
 from absl.testing import absltest
 
-from tools.common import cli
-from tools.common import machines
+from common import cli
+from common import machines
 
 
 class MachinesTest(absltest.TestCase):

@@ -1,4 +1,4 @@
-"""The TPU-vs-GPU comparison as data: figures computed from Runs (tools/runs.py).
+"""The TPU-vs-GPU comparison as data: figures computed from Runs (report/runs.py).
 
 `build` returns the report's content as one JSON-ready dict; report.py renders
 it. Prices come from the machine table only. A figure that cannot be computed
@@ -6,9 +6,9 @@ it. Prices come from the machine table only. A figure that cannot be computed
 filled in.
 """
 
+from common import machines
 from eval import scoring
-from tools import costs
-from tools.common import machines
+from report import costs
 
 
 def platform_of(machine):

@@ -1,5 +1,5 @@
 """Report settings. Prices and peaks come from the machine table
-(tools/common/machines.py), never from here."""
+(common/machines.py), never from here."""
 
 from ml_collections import config_dict
 

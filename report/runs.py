@@ -6,7 +6,7 @@ A directory is recognized by what it holds:
   quality    summary.json with `pass_at_k` (//eval:verilog_eval --out_dir)
 Anything else is reported as not understood; nothing is guessed. Every record
 names the file its figures came from. `reference` builds the same records
-from the published figures of arXiv 2605.25645 (tools/reference/), so the
+from the published figures of arXiv 2605.25645 (report/reference/), so the
 paper's tables go through the code that reports our runs.
 """
 
@@ -14,7 +14,8 @@ import dataclasses
 import json
 import os
 
-from tools.common import cli
+from common import cli
+from common import repo
 
 REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference",
                          "arxiv_2605_25645.json")
@@ -147,7 +148,7 @@ def load(directories):
 def reference(path=REFERENCE):
     """The reference study's published figures as Runs."""
     data = _json(path)
-    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    root = repo.code_root()
     path = os.path.relpath(path, root) if path.startswith(root + os.sep) else path
     runs = Runs(published=data.get("published", {}), source=data["source"])
     for t in data["training"]:

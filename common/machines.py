@@ -15,6 +15,9 @@ import dataclasses
 from common import cli
 
 
+PLATFORMS = {"cpu": "CPU", "tpu": "TPU chip", "gpu": "GPU"}
+
+
 @dataclasses.dataclass(frozen=True)
 class Machine:
     name: str
@@ -26,6 +29,11 @@ class Machine:
     # The TPU topology XLA compiles for ahead of time (training/tpu/aot.py);
     # empty for machines that are not TPU slices.
     topology: str = ""
+
+    @property
+    def platform(self):
+        """"tpu", "gpu" or "cpu": the accelerator a run on this machine must see."""
+        return self.name.split("-")[0]
 
     @property
     def peak_flops_per_chip(self):
@@ -63,6 +71,28 @@ MACHINES = {m.name: m for m in (
 
 class UnknownMachine(cli.UserError):
     pass
+
+
+class WrongMachine(cli.UserError):
+    """A config for an accelerator the process does not see."""
+
+
+def _count(number, platform):
+    noun = PLATFORMS.get(platform, f"{platform} device")
+    return f"{number} {noun}{'' if number == 1 else 's'}"
+
+
+def check_visible(machine, platform, count, needed=None, hint=""):
+    """Refuses to run `machine`'s config unless this process sees `needed` (default:
+    all the machine's) devices of its platform; `platform` and `count` are what the
+    process found. CPU machines run anywhere."""
+    if machine.platform == "cpu":
+        return
+    needed = machine.chips if needed is None else needed
+    if platform != machine.platform or count < needed:
+        raise WrongMachine(
+            f"the config's machine {machine.name} needs {_count(needed, machine.platform)}; "
+            f"this process sees {_count(count, platform)}" + (f". {hint}" if hint else ""))
 
 
 def get(name):

@@ -20,6 +20,27 @@ class MachinesTest(absltest.TestCase):
         for machine in machines.MACHINES.values():
             self.assertTrue(machine.source, machine.name)
 
+    def test_platform_of_every_machine(self):
+        self.assertEqual({name: m.platform for name, m in machines.MACHINES.items()}, {
+            "cpu": "cpu", "tpu-v5p-8": "tpu", "tpu-v5p-16": "tpu", "tpu-v6e-8": "tpu",
+            "gpu-h100x2": "gpu", "gpu-h200": "gpu"})
+
+    def test_a_config_for_an_accelerator_the_process_lacks_is_refused(self):
+        v5p8 = machines.get("tpu-v5p-8")
+        with self.assertRaisesRegex(machines.WrongMachine,
+                                    r"^the config's machine tpu-v5p-8 needs 4 TPU chips; this "
+                                    r"process sees 1 CPU\. Run it on a TPU VM\.$"):
+            machines.check_visible(v5p8, "cpu", 1, hint="Run it on a TPU VM.")
+        with self.assertRaisesRegex(machines.WrongMachine, "needs 2 GPUs; this process sees "
+                                    "1 GPU$"):
+            machines.check_visible(machines.get("gpu-h100x2"), "gpu", 1)
+        with self.assertRaisesRegex(machines.WrongMachine, "sees 4 TPU chips"):
+            machines.check_visible(machines.get("tpu-v5p-16"), "tpu", 4)
+        machines.check_visible(v5p8, "tpu", 4)
+        machines.check_visible(machines.get("tpu-v5p-16"), "tpu", 8)
+        machines.check_visible(machines.get("gpu-h100x2"), "gpu", 1, needed=1)
+        machines.check_visible(machines.get("cpu"), "tpu", 4)  # CPU configs run anywhere
+
     def test_unknown_machine_is_a_user_error(self):
         with self.assertRaisesRegex(cli.UserError, "unknown machine 'tpu-v9'; known: cpu, "):
             machines.get("tpu-v9")

@@ -22,11 +22,23 @@ CASES = {
     "training_tpu_sft_mesh": ("training.tpu.sft", ["--config.model.name=google/gemma-4-31B-it",
                                                    "--config.mesh.tp=8"],
                               "tp=8"),
+    # A config for a machine this one is not: refused before anything is read.
+    "training_tpu_sft_v5p8_here": ("training.tpu.sft", ["--config=v5p8.py"],
+                                   "the config's machine tpu-v5p-8 needs 4 TPU chips; this "
+                                   "process sees 1 CPU."),
+    "training_tpu_sft_v5p16_here": ("training.tpu.sft", ["--config=v5p16.py"],
+                                    "the config's machine tpu-v5p-16 needs 8 TPU chips; this "
+                                    "process sees 1 CPU."),
     "training_tpu_compile": ("training.tpu.compile", ["--base_config=" + MISSING,
                                                       "--workdir={tmp}/c"],
                              "is neither a config.json, a directory, nor a Hub id"),
     "training_gpu_sft": ("training.gpu.sft", ["--config.model.name=" + MISSING],
                          "is neither 'tiny-random-gemma4', a directory, nor a Hub id"),
+    "training_gpu_sft_h100x2_here": ("training.gpu.sft", ["--config=h100x2.py"],
+                                     "the config's machine gpu-h100x2 needs 2 GPUs; this "
+                                     "process sees 1 CPU. This torch (2.13.0+cpu) is a CPU build."),
+    "training_gpu_sft_nodes": ("training.gpu.sft", ["--config.num_processes=3", "--nnodes=2"],
+                               "config.num_processes=3 does not split over --nnodes=2"),
     "conversion_export": ("conversion.export", ["--run_dir=" + MISSING, "--output_dir={tmp}/o"],
                           "is not a run directory"),
     "conversion_verify": ("conversion.verify", ["--run_dir=" + MISSING,

@@ -99,7 +99,8 @@ def repository_paths(text):
     return refs
 
 
-_LABEL = re.compile(r"(?<![\w@:/])//([^\s`'\"(),;\[\]<>]*)")
+# A flag's value is not part of its label: --//:accelerator=tpu names //:accelerator.
+_LABEL = re.compile(r"(?<![\w@:/])//([^\s`'\"(),;\[\]<>=]*)")
 
 
 def bazel_labels(text):
@@ -467,10 +468,10 @@ class ExtractionTest(absltest.TestCase):
         text = ('`//serving:serve`, //training/tpu:sft.\n'
                 'deps = ["//data:pipeline", "@pypi_train//:requirements.bzl"]\n'
                 'bazel test //... //conversion:* //eval:all //:pipeline //tools\n'
-                'http://127.0.0.1:8000/v1')
+                'http://127.0.0.1:8000/v1 --//:accelerator=tpu')
         self.assertEqual(_refs(bazel_labels(text)), [
             (1, "//serving:serve"), (1, "//training/tpu:sft"), (2, "//data:pipeline"),
-            (3, "//:pipeline"), (3, "//tools"),
+            (3, "//:pipeline"), (3, "//tools"), (4, "//:accelerator"),
         ])
 
     def test_module_attributes(self):

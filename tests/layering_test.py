@@ -20,9 +20,9 @@ import os
 from absl.testing import absltest
 
 from common import repo
+from tests import build_files
+from tests.build_files import package_of
 
-_BUILD_NAMES = ("BUILD.bazel", "BUILD")
-_SKIP_DIRS = {".git", ".venvs", "node_modules", "third_party"}
 _TOOLING_VISIBILITY = "//tests:__pkg__"
 
 
@@ -43,72 +43,6 @@ def read_layers(root):
 def read_tooling(root):
     """The build-tooling packages (tools/layers.bzl's TOOLING), without the `//`."""
     return [package[2:] for package in _layers_literal(root, "TOOLING")]
-
-
-def _labels(node):
-    """Label strings of a deps/data value: list literals, `+` of lists, requirement()."""
-    if isinstance(node, ast.List):
-        return [label for element in node.elts for label in _labels(element)]
-    if isinstance(node, ast.BinOp):
-        return _labels(node.left) + _labels(node.right)
-    if isinstance(node, ast.Constant) and isinstance(node.value, str):
-        return [node.value]
-    if isinstance(node, ast.Call) and getattr(node.func, "id", "") == "requirement":
-        return [f"@pypi//:{node.args[0].value}"]
-    return []
-
-
-def parse_build(text, package):
-    """({target label: [dependency labels]}, default_visibility, {test target labels})."""
-    tree = ast.parse(text)
-    names = {n.targets[0].id: n.value for n in tree.body
-             if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)}
-    targets, visibility, tests = {}, None, set()
-    for call in (n.value for n in tree.body if isinstance(n, ast.Expr)
-                 and isinstance(n.value, ast.Call)):
-        kwargs = {k.arg: k.value for k in call.keywords}
-        if getattr(call.func, "id", "") == "package":
-            visibility = ast.literal_eval(kwargs["default_visibility"])
-            continue
-        if "name" not in kwargs:
-            continue
-        deps = []
-        for field in ("deps", "data", "srcs"):
-            value = kwargs.get(field)
-            if isinstance(value, ast.BinOp) and isinstance(value.left, ast.Name):
-                value = ast.BinOp(names[value.left.id], value.op, value.right)
-            deps += _labels(value) if value is not None else []
-        label = f"//{package}:{kwargs['name'].value}"
-        targets[label] = [_absolute(d, package) for d in deps if d.startswith((":", "//", "@"))]
-        if getattr(call.func, "id", "").endswith("_test"):
-            tests.add(label)
-    return targets, visibility, tests
-
-
-def _absolute(label, package):
-    if label.startswith(":"):
-        return f"//{package}{label}"
-    if label.startswith("//") and ":" not in label:
-        return f"{label}:{label.rsplit('/', 1)[-1]}"
-    return label
-
-
-def package_of(label):
-    return label[2:].split(":")[0]
-
-
-def read_tree(root):
-    """{package: (targets, visibility)} for every BUILD file under root."""
-    packages = {}
-    for directory, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not d.startswith(("bazel-", "."))]
-        build = next((b for b in _BUILD_NAMES if b in files), None)
-        if build:
-            package = os.path.relpath(directory, root).replace(os.sep, "/")
-            package = "" if package == "." else package
-            with open(os.path.join(directory, build)) as f:
-                packages[package] = parse_build(f.read(), package)
-    return packages
 
 
 def is_file(root, label):
@@ -177,8 +111,9 @@ def folder_of(package):
 def folder_cycles(root, packages):
     """Pairs of top-level folders whose non-test targets depend on each other."""
     edges = {(folder_of(package), folder_of(package_of(dep)))
-             for package, (targets, _, tests) in packages.items()
-             for target, deps in targets.items() if target not in tests for dep in deps
+             for package, (targets, _, rules) in packages.items()
+             for target, deps in targets.items() if not rules[target].kind.endswith("_test")
+             for dep in deps
              if _code_package(root, dep) is not None}
     return sorted((a, b) for a, b in edges if a != b and (b, a) in edges and a < b)
 
@@ -187,7 +122,8 @@ def tooling_imports(root, tooling_folder="tools"):
     """`file:line` of every product Python file that imports the build tooling."""
     found = []
     for directory, dirs, files in os.walk(root):
-        dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not d.startswith(("bazel-", "."))]
+        dirs[:] = [d for d in dirs
+                   if d not in build_files.SKIP_DIRS and not d.startswith(("bazel-", "."))]
         relative = os.path.relpath(directory, root)
         if relative.split(os.sep)[0] in (tooling_folder, "tests"):
             continue
@@ -226,7 +162,7 @@ class LayeringTest(absltest.TestCase):
         self.root = repo.source_root()
         self.layers = read_layers(self.root)
         self.tooling = read_tooling(self.root)
-        self.packages = read_tree(self.root)
+        self.packages = build_files.read_tree(self.root)
 
     def test_every_edge_runs_down(self):
         self.assertEqual(violations(self.root, self.packages, self.layers, self.tooling), [])
@@ -249,13 +185,13 @@ class LayeringTest(absltest.TestCase):
         self.assertEqual(tooling_imports(self.root), [])
 
     def test_serving_does_not_depend_on_torch(self):
-        self.assertTrue(reaches(self.packages, "//training/gpu:sft", "@pypi//:torch"))
-        self.assertFalse(reaches(self.packages, "//serving:serve", "@pypi//:torch"))
+        self.assertTrue(reaches(self.packages, "//training/gpu:sft", "@pypi_train//:torch"))
+        self.assertFalse(reaches(self.packages, "//serving:serve", "@pypi_train//:torch"))
 
     def _with_edge(self, package, target, dep):
         packages = dict(self.packages)
-        targets, visibility, tests = packages[package]
-        packages[package] = ({**targets, target: targets[target] + [dep]}, visibility, tests)
+        targets, visibility, rules = packages[package]
+        packages[package] = ({**targets, target: targets[target] + [dep]}, visibility, rules)
         return packages
 
     def test_a_back_edge_is_caught(self):

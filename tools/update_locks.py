@@ -9,12 +9,15 @@ hashes of its files, for CPython 3.11 on x86_64 Linux. torch resolves to the CPU
 build (2.13.0+cpu); after a change, ./bazelw rebuilds exactly the virtualenvs
 whose lock changed.
 
-The images add to these (tools/oci/defs.bzl):
+The accelerators' runtimes and the images add to these (README, "Runtimes";
+tools/oci/defs.bzl):
   * `serve_image`: what //serving:serve needs beyond the vLLM image's own packages
     (no dependencies: the image provides them);
-  * `train_tpu` and `train_gpu`: overlays on the `train` lock, compiled with it as
-    constraints, holding only what the image adds or replaces (jax[tpu]'s libtpu;
-    PyPI's CUDA torch and its NVIDIA libraries instead of torch+cpu).
+  * `train_tpu`: an overlay on the `train` lock, compiled with it as constraints,
+    holding only what it adds (jax[tpu]'s libtpu);
+  * `train_gpu`: the whole GPU universe, compiled with the `train` lock (but for
+    torch) as constraints: PyPI's CUDA torch and its NVIDIA libraries instead of
+    torch+cpu, every other package at the `train` lock's version.
 
 `--images` asks the registry for the digest each pinned base's tag points to now
 and prints pinned vs current; with `--write` it moves MODULE.bazel's pins (and
@@ -44,13 +47,17 @@ UNIVERSES = {
     # tools/venv_site/g4_torchvision_cpu.py.
     "serve": ["--no-emit-package", "torchaudio", "--no-emit-package", "torchcodec"],
 }
-# name -> (the lock it overlays or None, packages it replaces there, extra options).
-# Each overlay is compiled against `train_lock.txt` minus what it replaces.
+# name -> (the lock it builds on or None, packages it replaces there, extra options,
+# whole). Each is compiled against that lock minus what it replaces; a `whole` lock
+# keeps every package (a universe of its own), the others only what they add or
+# replace (an overlay installed on top of the lock they build on).
 OVERLAYS = {
-    "serve_image": (None, (), ["--no-deps"]),
-    "train_tpu": ("train", (), []),
-    # PyPI's torch for Linux is the CUDA build; it replaces the lock's torch+cpu.
-    "train_gpu": ("train", ("torch",), []),
+    "serve_image": (None, (), ["--no-deps"], False),
+    "train_tpu": ("train", (), [], False),
+    # The GPU universe: PyPI's torch for Linux is the CUDA build, in place of the
+    # train lock's torch+cpu; everything else as the train lock pins it. Bazel's
+    # pypi_train hub serves it on --//:accelerator=gpu (MODULE.bazel).
+    "train_gpu": ("train", ("torch",), [], True),
 }
 # libtpu's wheels are tagged manylinux_2_31; the images' Debian bookworm has glibc 2.36.
 PLATFORM = ["--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28"]
@@ -90,7 +97,7 @@ def lock_entries(text):
 
 
 def compile_overlay(name):
-    base, replaced, options = OVERLAYS[name]
+    base, replaced, options, whole = OVERLAYS[name]
     with tempfile.TemporaryDirectory() as tmp:
         command = _uv_compile(name, options) + [
             "-o", os.path.join(tmp, "full.txt"), *IMAGE_PLATFORM, "--no-annotate", "--no-header"]
@@ -105,11 +112,15 @@ def compile_overlay(name):
         subprocess.run(command, check=True, cwd=venvs.LOCKS)
         with open(os.path.join(tmp, "full.txt")) as f:
             full = lock_entries(f.read())
-    kept = {spec for _, spec, _ in base_entries}
+    kept = set() if whole else {spec for _, spec, _ in base_entries}
     overlay = [entry for _, spec, entry in full if spec not in kept]
-    header = [f"# The `{name}` image lock: compiled by `python3 tools/update_locks.py {name}`"]
-    if base:
-        header.append(f"# from {name}.in with {base}_lock.txt as constraints; only what the image")
+    header = [f"# The `{name}` lock: compiled by `python3 tools/update_locks.py {name}`"]
+    if base and whole:
+        header.append(f"# from {name}.in with {base}_lock.txt as constraints (but for "
+                      f"{', '.join(replaced)}): every package,")
+        header.append(f"# each at {base}_lock.txt's version.")
+    elif base:
+        header.append(f"# from {name}.in with {base}_lock.txt as constraints; only what it")
         header.append(f"# adds to (or replaces in) {base}_lock.txt is kept.")
     with open(os.path.join(venvs.LOCKS, f"{name}_lock.txt"), "w") as f:
         f.write("\n".join(header) + "\n" + "\n".join(overlay) + "\n")

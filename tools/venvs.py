@@ -1,12 +1,18 @@
 """Builds the project's virtualenvs from their lock files, only when a lock changed.
 
 Run by ./bazelw with the system python3 before Bazel starts (standard library
-only). Each universe `NAME` has `third_party/requirements/NAME_lock.txt` and a
-virtualenv at `.venvs/NAME`. A virtualenv is complete once its stamp file holds
-the hash of the lock, site files and interpreter it was built from; anything
-else (no stamp, another lock, an interrupted install) is rebuilt from scratch.
+only). A virtualenv `.venvs/NAME` is built from `third_party/requirements/NAME_lock.txt`,
+or from the locks LOCKS_OF names (a lock and the overlay installed with it). It is
+complete once its stamp file holds the hash of the locks, site files and
+interpreter it was built from; anything else (no stamp, another lock, an
+interrupted install) is rebuilt from scratch.
 
     python3 tools/venvs.py train serve     # ensure both, print their pythons
+
+The training stacks' runtime follows the machine (tools/accelerator.py, README
+"Runtimes"): `train` (torch+cpu), `train_tpu` (the same with libtpu) or
+`train_gpu` (CUDA torch). `libtpu` holds libtpu alone, for compiling the TPU step
+ahead of time on any machine (training/tpu/aot.py).
 """
 
 import argparse
@@ -19,6 +25,7 @@ import sys
 # Run as a script, this file's folder is on sys.path, not the checkout's.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 from common import repo  # pylint: disable=wrong-import-position
+from tools import accelerator  # pylint: disable=wrong-import-position
 
 ROOT = repo.source_root()
 LOCKS = os.path.join(ROOT, "third_party", "requirements")
@@ -28,6 +35,13 @@ STAMP = ".lock.sha256"
 # install: the `serve` one imports PyPI's torchvision beside its CPU torch.
 SITE = os.path.join(ROOT, "tools", "venv_site")
 SITE_FILES = {"serve": ("g4_torchvision_cpu.py", "g4_torchvision_cpu.pth")}
+# Virtualenvs not built from their namesake lock alone: name -> locks, in order.
+LOCKS_OF = {
+    "train_tpu": ("train", "train_tpu"),  # train_tpu_lock.txt is an overlay: libtpu
+    "libtpu": ("train_tpu",),
+}
+# The training runtime on each accelerator (tools/accelerator.py).
+TRAIN_VENVS = {"cpu": "train", "tpu": "train_tpu", "gpu": "train_gpu"}
 # The CPU build of torch that the locks pin (`+cpu`) lives on the PyTorch index,
 # unless pip is configured with local find-links that hold it (CI machines).
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
@@ -41,9 +55,13 @@ def venv_path(name):
     return os.path.join(VENVS, name)
 
 
+def locks_of(name):
+    return [lock_path(lock) for lock in LOCKS_OF.get(name, (name,))]
+
+
 def wanted_stamp(name, base_python=sys.executable):
     digest = hashlib.sha256()
-    for path in [lock_path(name), *(os.path.join(SITE, f) for f in SITE_FILES.get(name, ()))]:
+    for path in [*locks_of(name), *(os.path.join(SITE, f) for f in SITE_FILES.get(name, ()))]:
         with open(path, "rb") as f:
             digest.update(f.read())
     version = subprocess.run(
@@ -108,18 +126,22 @@ def _write_stamp(path, stamp):
 
 def ensure(name, base_python=sys.executable):
     """Returns the venv's python, building the venv first if its lock changed."""
-    if not os.path.exists(lock_path(name)):
-        raise SystemExit(f"no lock file {lock_path(name)}")
+    locks = locks_of(name)
+    missing = [lock for lock in locks if not os.path.exists(lock)]
+    if missing:
+        raise SystemExit(f"no lock file {missing[0]}")
     path = venv_path(name)
     python = os.path.join(path, "bin", "python3")
     stamp = wanted_stamp(name, base_python)
     if is_current(name, stamp):
         return python
-    _log(f"building .venvs/{name} from {os.path.relpath(lock_path(name), ROOT)}")
+    _log(f"building .venvs/{name} from "
+         f"{' + '.join(os.path.relpath(lock, ROOT) for lock in locks)}")
     uv = uv_binary()
     _create(path, base_python)
-    command = [uv, "pip", "install", "--python", python, "--require-hashes",
-               "--no-deps", "-r", lock_path(name)]
+    command = [uv, "pip", "install", "--python", python, "--require-hashes", "--no-deps"]
+    for lock in locks:
+        command += ["-r", lock]
     find_links = pip_find_links()
     if find_links:
         for link in find_links:
@@ -141,9 +163,12 @@ def ensure(name, base_python=sys.executable):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="+", help="universes, e.g. train serve")
+    parser.add_argument("names", nargs="+", help="virtualenvs, e.g. train serve; `train@` "
+                        "names the training runtime of this machine's accelerator")
     args = parser.parse_args(argv)
     for name in args.names:
+        if name == "train@":
+            name = TRAIN_VENVS[accelerator.detect()]
         print(ensure(name))
 
 

@@ -3,7 +3,8 @@
 Online, rules_python provides a hermetic CPython and `pip.parse` hubs built from
 the lock files. Offline, the same labels are served by:
   * `venv_python_toolchain`: a Python toolchain whose interpreter is a virtualenv
-    that ./bazelw built from a lock file;
+    that ./bazelw built from a lock file (the training runtime of the machine's
+    accelerator, G4_TRAIN_VENV);
   * `lock_file_hub`: a `@pypi_*` repository with one (empty) py_library per
     package of a lock file and the `requirement()` macro, so that BUILD files
     can name their third-party dependencies in both modes, and a dependency
@@ -45,7 +46,7 @@ _PACKAGES = {packages}
 def requirement(name):
     key = name.lower().replace("-", "_").replace(".", "_")
     if key not in _PACKAGES:
-        fail("%s is not in {lock}; add it to the .in file and run tools/update_locks.sh" % name)
+        fail("%s is not in {lock}; add it to the .in file and run tools/update_locks.py" % name)
     return "@{repo}//:" + key
 
 # Offline, no wheels are fetched (see third_party/offline/repositories.bzl).
@@ -60,7 +61,10 @@ lock_file_hub = repository_rule(
 
 def _venv_python_toolchain_impl(rctx):
     root = rctx.path(Label("//:WORKSPACE")).dirname
-    python = rctx.path("%s/%s/bin/python3" % (root, rctx.attr.venv))
+
+    # ./bazelw names the training runtime of this machine's accelerator.
+    venv = rctx.os.environ.get("G4_TRAIN_VENV") or "%s/%s" % (root, rctx.attr.venv)
+    python = rctx.path("%s/bin/python3" % venv)
     if not python.exists:
         fail("No virtualenv at %s. Run Bazel through ./bazelw, which builds it from %s." %
              (python, rctx.attr.lock))
@@ -92,9 +96,10 @@ toolchain(
 venv_python_toolchain = repository_rule(
     implementation = _venv_python_toolchain_impl,
     attrs = {
-        "venv": attr.string(mandatory = True),
+        "venv": attr.string(mandatory = True, doc = "Unless G4_TRAIN_VENV names another."),
         "lock": attr.string(mandatory = True),
     },
+    environ = ["G4_TRAIN_VENV"],
     local = True,
 )
 

@@ -41,8 +41,9 @@ class FsdpTest(absltest.TestCase):
         # generator, so with dropout the two layouts differ by chance, not by a bug.
         single = run(os.path.join(tmp, "single"), "--config.lora.dropout=0.0")
         self.assertEqual(single.returncode, 0, single.stderr[-5000:])
+        # --nnodes=1 (the default, given): torchrun's multi-machine flags on one machine.
         fsdp = run(os.path.join(tmp, "fsdp"), "--config.num_processes=2", "--config.fsdp=True",
-                   "--config.lora.dropout=0.0")
+                   "--config.lora.dropout=0.0", "--nnodes=1", "--node_rank=0")
         self.assertEqual(fsdp.returncode, 0, fsdp.stderr[-5000:])
         with open(os.path.join(tmp, "fsdp", "run.json")) as f:
             info = json.load(f)

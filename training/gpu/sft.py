@@ -6,11 +6,19 @@ With config.num_processes > 1 the binary starts itself once per GPU through
 torchrun (torch.distributed.run). Without --config it trains the tiny random
 Gemma 4 on the sample data on CPU. Rerunning the same command resumes from the
 newest checkpoint in --workdir; the final PEFT adapter lands in WORKDIR/adapter.
+
+Several machines: config.num_processes counts the processes of all of them
+(one per GPU), and each machine runs the same command with its --node_rank:
+
+    bazel run //training/gpu:sft -- --config=h100x2.py --config.num_processes=4 \
+        --nnodes=2 --node_rank=0 --master_addr=10.0.0.2 --workdir=/shared/runs/h100x4
+
+A config whose machine has GPUs is refused at once where the process sees
+fewer than its share of them (a CPU build of torch sees none).
 """
 
 import logging
 import os
-import socket
 import sys
 
 from absl import app
@@ -19,25 +27,31 @@ from absl import logging as absl_logging
 
 from common import cli
 from common import config_cli
+from training.gpu import launching
 
 _CONFIG = config_cli.define_config_flag(__file__)
 _WORKDIR = flags.DEFINE_string(
     "workdir", "runs/gpu-sft", "Run directory: config, metrics, checkpoints (resumed if present).")
+_NNODES = flags.DEFINE_integer(
+    "nnodes", 1, "Machines taking part; config.num_processes is divided among them.",
+    lower_bound=1)
+_NODE_RANK = flags.DEFINE_integer("node_rank", 0, "This machine's index, 0 to --nnodes - 1.",
+                                  lower_bound=0)
+_MASTER_ADDR = flags.DEFINE_string(
+    "master_addr", "127.0.0.1", "Address of machine 0, which every machine can reach "
+    "(required with --nnodes > 1).")
+_MASTER_PORT = flags.DEFINE_integer(
+    "master_port", 0, "Port of the rendezvous on machine 0 (0: a free port, one machine "
+    "only; with --nnodes > 1 every machine must give the same port).")
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def launch(processes):
+def launch(config):
     """Re-runs this binary under torchrun, one process per device; returns its exit code."""
     from torch.distributed import run as torchrun  # pylint: disable=import-outside-toplevel
     # Workers import this package as we do, from wherever it was found.
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
-    args = [f"--nproc_per_node={processes}", "--master_addr=127.0.0.1",
-            f"--master_port={_free_port()}", "--module", "training.gpu.sft", *sys.argv[1:]]
+    args = launching.torchrun_args(config.num_processes, _NNODES.value, _NODE_RANK.value,
+                                   _MASTER_ADDR.value, _MASTER_PORT.value, sys.argv[1:])
     try:
         torchrun.main(args)
     except SystemExit as e:
@@ -53,10 +67,11 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     config = _CONFIG.value
     workdir = config_cli.user_path(_WORKDIR.value)
+    launching.check_devices(config, _NNODES.value)
     if config.num_processes > 1 and "LOCAL_RANK" not in os.environ:
         # Workers see the same flags; the workdir must not depend on their cwd.
         sys.argv = [a for a in sys.argv if not a.startswith("--workdir")] + [f"--workdir={workdir}"]
-        raise SystemExit(launch(config.num_processes))
+        raise SystemExit(launch(config))
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("training").setLevel(logging.INFO)
     from training.gpu import trainer  # pylint: disable=import-outside-toplevel

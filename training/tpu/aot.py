@@ -21,9 +21,10 @@ FLOPs and time are the counted ones times the accumulation steps (the
 optimizer update, a few element-wise passes over the LoRA factors, is then
 counted that many times too: a slight overestimate of the step time).
 
-libtpu lives outside the training virtualenv (`.venvs/train_tpu`, built from
+Online, libtpu is this target's dependency (the train_tpu hub). Offline it
+lives outside the CPU training virtualenv (`.venvs/libtpu`, built from
 third_party/requirements/train_tpu_lock.txt), so that no CPU process of the
-project probes for TPU hardware: `use_libtpu` points JAX at it
+project probes for TPU hardware. Either way `use_libtpu` points JAX at it
 (TPU_LIBRARY_PATH) and keeps JAX's own backend on CPU.
 """
 
@@ -47,9 +48,9 @@ class AotError(cli.UserError):
 
 
 def _default_site():
-    """The checkout's .venvs/train_tpu, where ./bazelw installs libtpu."""
+    """The checkout's .venvs/libtpu, where ./bazelw installs libtpu."""
     try:
-        return os.path.join(repo.source_root(), ".venvs", "train_tpu")
+        return os.path.join(repo.source_root(), ".venvs", "libtpu")
     except FileNotFoundError:  # not run from a checkout (an image): no default
         return ""
 
@@ -87,7 +88,7 @@ def use_libtpu():
         return path
     raise AotError(
         "libtpu is not installed: compiling for a TPU topology needs it. Run ./bazelw (it "
-        "builds .venvs/train_tpu from third_party/requirements/train_tpu_lock.txt), `pip "
+        "builds .venvs/libtpu from third_party/requirements/train_tpu_lock.txt), `pip "
         f"install libtpu`, or set {LIBTPU_SITE_ENV} to a site-packages folder holding libtpu/.")
 
 

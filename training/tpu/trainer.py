@@ -15,6 +15,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 
+from common import cli
 from common import machines
 from data import views
 from training.common import lifecycle
@@ -32,8 +33,16 @@ from training.tpu import state as state_lib
 log = logging.getLogger("training.tpu")
 
 
+_WRONG_MACHINE_HINT = ("Run it on the machine it names, with its runtime (README, "
+                       "\"Runtimes\"), or use --config=cpu.py here.")
+
+
 def setup_devices(config):
-    """Virtual CPU devices and multi-process JAX; must run before JAX sees a device."""
+    """Virtual CPU devices and multi-process JAX; must run before JAX sees a device.
+
+    Then refuses a config for TPU chips this process does not see, before anything
+    is read or downloaded.
+    """
     if config.cpu_devices:
         jax.config.update("jax_num_cpu_devices", config.cpu_devices)
     dist = config.distributed
@@ -44,7 +53,19 @@ def setup_devices(config):
                                        num_processes=dist.num_processes,
                                        process_id=dist.process_id)
         else:
-            jax.distributed.initialize()
+            try:
+                jax.distributed.initialize()
+            except (RuntimeError, ValueError) as e:  # no TPU pod slice to detect
+                check_devices(config)  # names what this process sees instead
+                raise cli.UserError(f"jax.distributed.initialize() failed: {e}") from e
+    check_devices(config)
+
+
+def check_devices(config):
+    """Raises WrongMachine unless JAX sees the TPU chips of the config's machine."""
+    devices = jax.devices()
+    machines.check_visible(machines.get(config.machine), devices[0].platform, len(devices),
+                           hint=_WRONG_MACHINE_HINT)
 
 
 def _sync(name):

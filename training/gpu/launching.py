@@ -1,0 +1,58 @@
+"""How the GPU stack's processes start: torchrun's command line, and the GPUs it needs.
+
+`//training/gpu:sft` runs itself once per GPU through torchrun (one machine by
+default, several with --nnodes); before that, a config for a GPU machine is
+refused where the process sees fewer GPUs than its share (a CPU build of torch
+sees none), before anything is read or downloaded.
+"""
+
+import os
+import socket
+
+from common import cli
+from common import machines
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def processes_per_node(processes, nnodes):
+    if processes % nnodes:
+        raise cli.UserError(f"config.num_processes={processes} does not split over "
+                            f"--nnodes={nnodes} machines")
+    return processes // nnodes
+
+
+def torchrun_args(processes, nnodes=1, node_rank=0, master_addr="127.0.0.1", master_port=0,
+                  argv=()):
+    """torchrun's command line that runs this binary once per GPU on this machine."""
+    per_node = processes_per_node(processes, nnodes)
+    if node_rank >= nnodes:
+        raise cli.UserError(f"--node_rank={node_rank} is not below --nnodes={nnodes}")
+    if nnodes > 1 and (not master_port or master_addr in ("127.0.0.1", "localhost")):
+        raise cli.UserError("with --nnodes > 1 give every machine the same --master_addr "
+                            "(machine 0's address, not loopback) and --master_port")
+    return [f"--nnodes={nnodes}", f"--node_rank={node_rank}",
+            f"--nproc_per_node={per_node}",
+            f"--master_addr={master_addr}", f"--master_port={master_port or free_port()}",
+            "--module", "training.gpu.sft", *argv]
+
+
+def check_devices(config, nnodes):
+    """Refuses a GPU machine's config where this process sees fewer GPUs than its share."""
+    machine = machines.get(config.machine)
+    if machine.platform == "cpu":
+        return
+    import torch  # pylint: disable=import-outside-toplevel
+    count = torch.cuda.device_count()
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", 0)) or processes_per_node(
+        config.num_processes, nnodes)
+    build = (f"This torch ({torch.__version__}) is a CPU build" if torch.version.cuda is None
+             else f"This torch: {torch.__version__}, CUDA {torch.version.cuda}")
+    machines.check_visible(
+        machine, "gpu" if count else "cpu", count or 1, needed=local,
+        hint=f"{build}. Run it on the machine it names, with its runtime (README, "
+             "\"Runtimes\"), or use --config=cpu.py here.")

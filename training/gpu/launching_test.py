@@ -1,0 +1,59 @@
+from unittest import mock
+
+from absl.testing import absltest
+
+from common import cli
+from common import machines
+from training.gpu import launching
+from training.gpu.configs import cpu
+from training.gpu.configs import h100x2
+
+
+class TorchrunArgsTest(absltest.TestCase):
+
+    def test_one_machine_is_the_default(self):
+        args = launching.torchrun_args(2, master_port=1234, argv=["--config=h100x2.py"])
+        self.assertEqual(args, ["--nnodes=1", "--node_rank=0", "--nproc_per_node=2",
+                                "--master_addr=127.0.0.1", "--master_port=1234", "--module",
+                                "training.gpu.sft", "--config=h100x2.py"])
+        self.assertRegex(launching.torchrun_args(2)[4], r"^--master_port=[1-9]\d*$")
+
+    def test_two_machines_split_the_processes(self):
+        args = launching.torchrun_args(4, nnodes=2, node_rank=1, master_addr="10.0.0.2",
+                                       master_port=29500, argv=["--nnodes=2"])
+        self.assertEqual(args[:5], ["--nnodes=2", "--node_rank=1", "--nproc_per_node=2",
+                                    "--master_addr=10.0.0.2", "--master_port=29500"])
+        self.assertEqual(args[-1], "--nnodes=2")  # the workers see the same flags
+
+    def test_bad_layouts_are_refused(self):
+        for kwargs, message in (
+                (dict(processes=3, nnodes=2, master_addr="h", master_port=1), "does not split"),
+                (dict(processes=4, nnodes=2, node_rank=2, master_addr="h", master_port=1),
+                 "--node_rank=2 is not below --nnodes=2"),
+                (dict(processes=4, nnodes=2, master_port=1), "not loopback"),
+                (dict(processes=4, nnodes=2, master_addr="h"), "--master_port")):
+            with self.assertRaisesRegex(cli.UserError, message):
+                launching.torchrun_args(**kwargs)
+
+
+class CheckDevicesTest(absltest.TestCase):
+
+    def test_cpu_configs_run_anywhere(self):
+        launching.check_devices(cpu.get_config(), nnodes=1)
+
+    def test_a_gpu_config_needs_its_share_of_gpus(self):
+        config = h100x2.get_config()
+        with self.assertRaisesRegex(machines.WrongMachine, "needs 2 GPUs; this process sees "
+                                    "1 CPU. This torch .* is a CPU build"):
+            launching.check_devices(config, nnodes=1)
+        with mock.patch("torch.cuda.device_count", return_value=1), \
+                mock.patch("torch.version.cuda", "13.0"):
+            with self.assertRaisesRegex(machines.WrongMachine, "needs 2 GPUs; this process "
+                                        "sees 1 GPU. This torch: .*CUDA 13.0"):
+                launching.check_devices(config, nnodes=1)
+            config.num_processes = 2
+            launching.check_devices(config, nnodes=2)  # one GPU per machine, two machines
+
+
+if __name__ == "__main__":
+    absltest.main()

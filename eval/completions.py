@@ -14,6 +14,7 @@ import json
 import os
 
 from common import cli
+from common import jsonl
 
 
 class CompletionsError(cli.UserError):
@@ -35,18 +36,17 @@ class Completion:
 
 
 def read(path):
-    """The completions of `path`, in file order; a bad line is an error naming it."""
+    """The completions of `path`, in file order; a bad line is an error naming it,
+    but for a torn last line, dropped with a warning (common/jsonl.py)."""
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().split("\n")
+        rows, _ = jsonl.read_numbered(path)
     except OSError as e:
         raise CompletionsError(f"cannot read completions file {path}: {e.strerror}") from None
+    except jsonl.JsonlError as e:
+        raise CompletionsError(str(e)) from None
     result, next_index, seen = [], collections.Counter(), set()
-    for number, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
+    for number, row in rows:
         try:
-            row = json.loads(line)
             problem, text = row["problem"], row["completion"]
             if not isinstance(problem, str) or not isinstance(text, str):
                 raise TypeError("problem and completion must be strings")
@@ -70,14 +70,6 @@ def append(path, rows):
         os.fsync(f.fileno())
 
 
-def drop_torn_tail(path):
-    """Cuts a last line that a killed run left without its newline; returns bytes cut."""
-    with open(path, "rb+") as f:
-        data = f.read()
-        keep = data.rfind(b"\n") + 1
-        if keep < len(data):
-            f.truncate(keep)
-        return len(data) - keep
 
 
 def counts(rows):

@@ -44,11 +44,15 @@ class CompletionsTest(absltest.TestCase):
         completions.append(path, [completions.Completion("B", 0, "z")])
         self.assertEqual(completions.read(path), rows + [completions.Completion("B", 0, "z")])
 
-    def test_drop_torn_tail(self):
+    def test_a_torn_last_line_is_dropped_a_broken_one_before_it_is_not(self):
         path = self._write('{"problem": "A", "completion": "x"}\n{"problem": "A", "compl')
-        self.assertEqual(completions.drop_torn_tail(path), len('{"problem": "A", "compl'))
-        self.assertLen(completions.read(path), 1)
-        self.assertEqual(completions.drop_torn_tail(path), 0)
+        with self.assertLogs("common.jsonl", "WARNING") as logs:
+            self.assertEqual(completions.read(path), [completions.Completion("A", 0, "x")])
+        self.assertIn(path, logs.output[0])
+        path = self._write('{"problem": "A", "completion": "x"}\n{"problem": "A", "compl\n'
+                           '{"problem": "A", "completion": "y"}\n')
+        with self.assertRaisesRegex(completions.CompletionsError, f"^{path}:2: not a JSON line"):
+            completions.read(path)
 
 
 if __name__ == "__main__":

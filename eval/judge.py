@@ -19,13 +19,39 @@ class: a line with "syntax error" (S), "error" anywhere (C), explicit cast
 (e), zero-width constant (0), no sensitivities (n), "declared here as wire"
 (w), "Unknown module type" (m), unbound clk (c) or signal (p), "TIMEOUT" (T);
 else pass (.) when a line is exactly `Mismatches: 0 in N samples`, else a
-runtime failure (R). A sample passes only with class `.`, and, beyond
-upstream, only if the testbench's report is intact: exactly one `Mismatches:`
-line, N > 0, and N equal to the count of the problem's reference run when
-that is known. A sample that calls `$finish` early (the final block then
-reports 0 mismatches in fewer samples) or prints a report of its own is
-caught by these; no honest design trips them. `upstream_pass` records
-upstream's verdict alone.
+runtime failure (R). `upstream_pass` records that verdict. Ours never reads
+a count from text the sample can print: the design shares stdout, stderr and
+the simulation with the testbench, so the testbench's `Mismatches:` line can
+be forged. Instead a module of the judge's own (VERDICT_MODULE), compiled
+beside the testbench, prints the testbench's counters (`tb.stats1.errors`,
+`tb.stats1.clocks`) from a `final` block, stamped with a secret drawn for
+this run. A sample passes only if the compile and simulation hit none of
+upstream's failure classes and that stamped report exists, with 0 errors and
+N > 0 samples, N equal to the reference run's N when that is known.
+
+The secret is out of the sample's reach: it is a script argument (no /proc in
+the sandbox, so no process can read another's arguments), the verdict module's
+source is deleted after the compile, and vvp reads the compiled program
+through a FIFO from a file deleted before the simulation starts, so no file
+the sample can open holds it. What a design can do, and what it gets:
+  * print a report of its own (stdout, stderr, `$write` piece by piece): the
+    stamped line alone counts, so a fake one changes nothing;
+  * end the simulation from a `final` block (`$finish`, `$fatal`), which
+    skips the testbench's and the verdict module's `final` blocks when it runs
+    first: no stamped report (`no_report`);
+  * end it early from any other process (`$finish`, `$stop`, `$fatal`): the
+    final blocks still run, with fewer samples than the reference
+    (`early_finish`);
+  * loop, print or write without end: the sandbox's limits (`timeout`,
+    `log_limit`, `cpu_limit`);
+  * open files: the testbench and the reference are read-only copies holding
+    no secret, the compiled program is gone, and nothing outside the sandbox
+    is visible (eval/sandbox.py);
+  * read plusargs or the environment: the secret is in neither;
+  * touch the testbench or the reference by name: refused before any verdict
+    (`outside_reference`, below).
+Samples run without the sandbox (kind `none`, trusted samples only) lose the
+secret's protection: /proc is visible there.
 
 Nothing outside the sample may be reached: elaborated alone, with no testbench
 and no reference present, a sample must not leave a hierarchical name unbound
@@ -91,7 +117,6 @@ LOG_LIMIT = "log_limit"
 CPU_LIMIT = "cpu_limit"
 MISMATCH = "mismatch"
 NO_REPORT = "no_report"
-EXTRA_REPORT = "extra_report"
 NO_SAMPLES = "no_samples"
 EARLY_FINISH = "early_finish"
 OUTSIDE_REFERENCE = "outside_reference"
@@ -122,6 +147,31 @@ return rnmos rpmos rtran rtranif0 rtranif1 scalared shortint signed specify stat
 supply1 task time tran tranif0 tranif1 tri tri0 tri1 triand trior trireg typedef union unique
 unique0 unsigned var vectored void wait wand while wire wor xnor xor
 """.split())
+
+
+# The judge's own module: the testbench's counters at the end of the simulation,
+# stamped with the run's secret. Every VerilogEval testbench counts into
+# tb.stats1 (errors, clocks) and prints them as its `Mismatches:` line.
+VERDICT_SOURCE = "verdict.sv"
+VERDICT_MODULE = """module {name};
+  final $display("{secret} %0d %0d", tb.stats1.errors, tb.stats1.clocks);
+endmodule
+"""
+PROGRAM_FIFO = "program"
+
+
+def stamped_report(log, secret):
+    """(the log without the stamped lines, (errors, clocks) of the stamped report or
+    None). More than one stamped line cannot happen; it reads as no report."""
+    pattern = re.compile(rf"^{re.escape(secret)} (-?\d+) (-?\d+)$")
+    kept, reports = [], []
+    for line in log.split("\n"):
+        match = pattern.match(line)
+        if match:
+            reports.append((int(match.group(1)), int(match.group(2))))
+        else:
+            kept.append(line)
+    return "\n".join(kept), reports[0] if len(reports) == 1 else None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -224,17 +274,20 @@ def outside_references(isolated_log, full_log, code):
 
 
 def verdict_from(log, status_text, run, log_limit_hit, expected_samples=None, seconds=0.0,
-                 outside=()):
+                 outside=(), report=None):
     """The verdict for a finished run: sandbox events first, then reaching outside
-    the sample (`outside`: outside_references), then the log."""
+    the sample (`outside`: outside_references), then upstream's failure classes
+    in the log, then the stamped report (`report`: the testbench's (errors,
+    clocks) from the verdict module, None if it printed none)."""
     analysis = analyze_log(log)
     status = _status(status_text)
     upstream_pass = analysis.upstream_class == "."
     detail = _first_line_with(log, ("error", "Error", "TIMEOUT", "Mismatches:", "sorry"))
+    mismatches, samples = report if report is not None else (None, None)
 
     def fail(reason):
         return Verdict(False, reason, upstream_pass, analysis.upstream_class,
-                       analysis.mismatches, analysis.tb_samples, detail, seconds)
+                       mismatches, samples, detail, seconds)
 
     codes = [status.get(phase) for phase in PHASES]
     if run.wall_timeout:
@@ -249,44 +302,57 @@ def verdict_from(log, status_text, run, log_limit_hit, expected_samples=None, se
         return fail(CPU_LIMIT)
     if outside:
         return Verdict(False, OUTSIDE_REFERENCE, upstream_pass, analysis.upstream_class,
-                       analysis.mismatches, analysis.tb_samples,
+                       mismatches, samples,
                        "reaches outside the sample: " + ", ".join(outside), seconds)
     if analysis.upstream_class in UPSTREAM_REASONS:
         return fail(UPSTREAM_REASONS[analysis.upstream_class])
-    if analysis.upstream_class == "R":
-        return fail(MISMATCH if analysis.mismatches else NO_REPORT)
-    if analysis.report_lines != 1:
-        return fail(EXTRA_REPORT)
-    if not analysis.tb_samples:
+    if report is None:
+        return fail(NO_REPORT)
+    if mismatches:
+        return fail(MISMATCH)
+    if not samples:
         return fail(NO_SAMPLES)
-    if expected_samples is not None and analysis.tb_samples != expected_samples:
+    if expected_samples is not None and samples != expected_samples:
         return fail(EARLY_FINISH)
-    return Verdict(True, PASS, upstream_pass, analysis.upstream_class, analysis.mismatches,
-                   analysis.tb_samples, "", seconds)
+    return Verdict(True, PASS, upstream_pass, analysis.upstream_class, mismatches, samples,
+                   "", seconds)
 
 
 def script(iverilog, vvp):
     """The shell script run in the sandbox: the sample alone, compile, simulate.
 
-    Tool output goes to stdout: the isolated elaboration's (when $2 is 1),
-    then the line given as $1 (a random marker: no sample can print it in
-    advance), then upstream's log. The script's own stderr gets one line per finished phase
+    Arguments: $1 a random marker, $2 whether to elaborate the sample alone,
+    $3 the verdict module's source, $4 its name. Tool output goes to stdout:
+    the isolated elaboration's (when $2 is 1), then the marker line (no sample
+    can print it in advance), then upstream's log with the stamped report. The
+    verdict module is compiled as a second top (`-s`) and its source deleted;
+    vvp reads the program through a FIFO from a file deleted first (module
+    docstring). The script's own stderr gets one line per finished phase
     (PHASES), with its exit code: the sandbox starts each phase's wall-clock
     limit at the previous line, and the sample cannot write there (the tools'
     stderr goes to stdout).
     """
     q = shlex.quote
-    compile_cmd = " ".join([q(iverilog), *COMPILE_FLAGS, "-o", SIMULATION, SAMPLE, TEST, REF])
+    compile_cmd = " ".join([q(iverilog), *COMPILE_FLAGS, '-s "$4"', "-o", SIMULATION, SAMPLE,
+                            TEST, REF, VERDICT_SOURCE])
     return "\n".join([
         f'[ "$2" = 1 ] && {q(iverilog)} -g2012 -o /dev/null {SAMPLE} 2>&1',
         'echo "isolate $?" >&2',
         'echo "$1"',
+        f"printf '%s' \"$3\" > {VERDICT_SOURCE}",
         f"{compile_cmd} 2>&1",
         "rc=$?",
+        f"rm -f {VERDICT_SOURCE}",
         'echo "compile $rc" >&2',
         "[ $rc -eq 0 ] || exit 0",
-        f"{q(vvp)} -n {SIMULATION} 2>&1",
-        'echo "simulate $?" >&2',
+        f"exec 3< {SIMULATION} && rm -f {SIMULATION} && mkfifo {PROGRAM_FIFO} || exit 1",
+        f"cat <&3 > {PROGRAM_FIFO} &",
+        "feeder=$!",
+        "exec 3<&-",
+        f"{q(vvp)} -n {PROGRAM_FIFO} 2>&1",
+        "rc=$?",
+        'kill "$feeder" 2>/dev/null',  # blocked only if vvp never opened the FIFO
+        'echo "simulate $rc" >&2',
     ])
 
 
@@ -327,9 +393,21 @@ class Judge:
         self.keep_dirs = keep_dirs
         self._script = script(self.iverilog, self.vvp)
         self._phase_timeouts = (compile_timeout_s, compile_timeout_s, sim_timeout_s)
+        self._testbenches_checked = set()
+
+    def _check_testbench(self, problem):
+        if problem.test_path not in self._testbenches_checked:
+            with open(problem.test_path) as f:
+                if "stats1" not in f.read():
+                    raise JudgeError(
+                        f"{problem.test_path} has no `stats1` counters (errors, clocks), "
+                        "which every VerilogEval testbench keeps and the judge reads; "
+                        "regenerate a sample-task data set with //eval:sample_tasks")
+            self._testbenches_checked.add(problem.test_path)
 
     def judge(self, problem, code, expected_samples=None):
         """The Verdict for `code` (extracted Verilog) on `problem`."""
+        self._check_testbench(problem)
         if not code.strip():
             return Verdict(False, NO_CODE, False, "m", detail="no code extracted")
         start = time.monotonic()
@@ -340,14 +418,17 @@ class Judge:
             shutil.copyfile(problem.test_path, os.path.join(run_dir, TEST))
             shutil.copyfile(problem.ref_path, os.path.join(run_dir, REF))
             marker = f"-- upstream log {uuid.uuid4().hex} --"
-            run = self.box.run_script(self._script, run_dir, inputs=(SAMPLE, TEST, REF),
-                                      null_files=(WAVE,), stdout_name=LOG,
-                                      phase_timeouts=self._phase_timeouts,
-                                      args=(marker, "1" if may_reach_outside(code) else "0"))
+            secret, module = uuid.uuid4().hex, f"g4_verdict_{uuid.uuid4().hex[:12]}"
+            run = self.box.run_script(
+                self._script, run_dir, inputs=(SAMPLE, TEST, REF), null_files=(WAVE,),
+                stdout_name=LOG, phase_timeouts=self._phase_timeouts,
+                args=(marker, "1" if may_reach_outside(code) else "0",
+                      VERDICT_MODULE.format(name=module, secret=secret), module))
             limit = self.box.limits.file_bytes
             with open(os.path.join(run_dir, LOG), "rb") as f:
                 raw = f.read(limit + 1)
             isolated, _, log = raw.decode("utf-8", "replace").partition(marker + "\n")
+            log, report = stamped_report(log, secret)
             status = run.stderr
             if run.timed_out_phase is not None:
                 log += "\nTIMEOUT\n"  # as upstream appends on its wall-clock limit
@@ -358,7 +439,8 @@ class Judge:
                                  f"{run.returncode}): {status.strip()[:1000]}")
             return verdict_from(log, status, run, len(raw) >= limit, expected_samples,
                                 time.monotonic() - start,
-                                outside=outside_references(isolated, log, code))
+                                outside=outside_references(isolated, log, code),
+                                report=report)
         finally:
             if not self.keep_dirs:
                 shutil.rmtree(run_dir, ignore_errors=True)

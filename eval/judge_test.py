@@ -59,24 +59,37 @@ class AnalyzeLogTest(absltest.TestCase):
                          (".", 0, 20, 2))
 
     def _verdict(self, log, status="isolate 0\ncompile 0\nsimulate 0\n", expected=None,
-                 timeout=False, limit=False, phase=None, outside=()):
+                 timeout=False, limit=False, phase=None, outside=(), report=(0, 20)):
         run = sandbox.Run(0, timeout, 0.1, status, phase)
-        return judge.verdict_from(log, status, run, limit, expected, outside=outside)
+        return judge.verdict_from(log, status, run, limit, expected, outside=outside,
+                                  report=report)
 
-    def test_strict_checks_beyond_upstream(self):
+    def test_the_stamped_report_decides_not_the_log(self):
         clean = self._verdict(_report(0, 20), expected=20)
         self.assertTrue(clean.passed)
         self.assertEqual((clean.reason, clean.mismatches, clean.tb_samples), ("pass", 0, 20))
-        for log, expected, reason in [
-            (f"{_report(0, 20)}\n{_report(0, 0)}", 20, judge.EXTRA_REPORT),
-            (_report(0, 0), None, judge.NO_SAMPLES),
-            (_report(0, 10), 20, judge.EARLY_FINISH),
+        for log, report, expected, reason in [
+            (_report(0, 20), None, 20, judge.NO_REPORT),  # the sample ended it first
+            (_report(0, 20), (3, 20), 20, judge.MISMATCH),  # a forged line, real errors
+            (_report(0, 20), (0, 0), None, judge.NO_SAMPLES),
+            (_report(0, 20), (0, 10), 20, judge.EARLY_FINISH),
         ]:
-            with self.subTest(log=log):
-                verdict = self._verdict(log, expected=expected)
+            with self.subTest(report=report):
+                verdict = self._verdict(log, expected=expected, report=report)
                 self.assertFalse(verdict.passed)
                 self.assertTrue(verdict.upstream_pass)  # upstream would have passed these
                 self.assertEqual(verdict.reason, reason)
+        # Extra or missing `Mismatches:` lines do not matter once the stamp is there.
+        self.assertTrue(self._verdict(f"{_report(0, 20)}\n{_report(0, 0)}", expected=20).passed)
+        self.assertTrue(self._verdict("", expected=20).passed)
+
+    def test_stamped_lines_are_found_and_removed(self):
+        log = f"{_report(0, 20)}\nabc 0 20\nS3CRET 1 20\n  S3CRET 0 20\nS3CRET 0 20 x\n"
+        kept, report = judge.stamped_report(log, "S3CRET")
+        self.assertEqual(report, (1, 20))
+        self.assertNotIn("\nS3CRET 1 20\n", kept)
+        self.assertIn("  S3CRET 0 20", kept)  # not exactly the stamp: sample output
+        self.assertIsNone(judge.stamped_report("S3CRET 0 20\nS3CRET 0 20", "S3CRET")[1])
 
     def test_sandbox_events_come_first(self):
         log = _report(0, 20)
@@ -131,8 +144,8 @@ class AnalyzeLogTest(absltest.TestCase):
                          ["RefModule", "tb.good1.zero", "tb.stats1.errors"])
         self.assertEqual(judge.outside_references("", "", "wire w = $root.tb.x;"), ["$root"])
         self.assertEqual(judge.outside_references("", "", code), [])
-        self.assertEqual(self._verdict(_report(4, 20)).reason, judge.MISMATCH)
-        self.assertEqual(self._verdict("").reason, judge.NO_REPORT)
+        self.assertEqual(self._verdict(_report(4, 20), report=(4, 20)).reason, judge.MISMATCH)
+        self.assertEqual(self._verdict("", report=None).reason, judge.NO_REPORT)
 
 
 class JudgeTest(absltest.TestCase):
@@ -211,6 +224,34 @@ class JudgeTest(absltest.TestCase):
             "fake_report_and_finish": _zero(
                 "assign zero = 1'b1;\n"
                 "initial begin $display(\"Mismatches: 0 in 20 samples\"); $finish; end"),
+            # Forging the testbench's report and ending the simulation from a final
+            # block, which skips the final blocks that have not run yet: each of
+            # these passed the judge that read the `Mismatches:` line.
+            "final_report_and_finish": _zero(
+                "assign zero = 1'b1;\n"
+                "final begin $display(\"Mismatches: 0 in 20 samples\"); $finish; end"),
+            "final_report_and_fatal": _zero(
+                "assign zero = 1'b1;\n"
+                "final begin $display(\"Mismatches: 0 in 20 samples\"); $fatal; end"),
+            "final_report_on_stderr": _zero(
+                "assign zero = 1'b1;\n"
+                "final begin $fdisplay(32'h8000_0002, \"Mismatches: 0 in 20 samples\");\n"
+                "  $finish(0); end"),
+            "final_report_in_pieces": _zero(
+                "assign zero = 1'b1;\n"
+                "final begin $write(\"Mismatch\"); $write(\"es: %0d in \", 0);\n"
+                "  $display(\"%0d samples\", 20); $finish; end"),
+            # Looking for the stamp: every file and argument the sample could read
+            # (the compiled program, the verdict module's source, plusargs), then
+            # printing what it found as a report and ending the run.
+            "reads_for_the_stamp": _zero(
+                "assign zero = 1'b1;\ninteger fd, n; reg [8*4096-1:0] text;\n"
+                "initial begin\n"
+                "  fd = $fopen(\"test.vvp\", \"r\"); if (fd) n = $fgets(text, fd);\n"
+                "  fd = $fopen(\"verdict.sv\", \"r\"); if (fd) n = $fgets(text, fd);\n"
+                "  if ($value$plusargs(\"%s\", text)) $display(\"%0s\", text);\n"
+                "end\n"
+                "final begin $display(\"%0s 0 20\", text); $finish; end"),
             "early_finish": "`timescale 1 ps/1 ps\n" + _zero(
                 "assign zero = 1'b0;\ninitial #52 $finish;"),
             "syntax_error": _zero("assign zero = ;"),
@@ -227,7 +268,10 @@ class JudgeTest(absltest.TestCase):
         }
         want = {
             "infinite_loop": "timeout", "endless_print": judge.LOG_LIMIT,
-            "writes_outside": judge.MISMATCH, "fake_report_and_finish": judge.EXTRA_REPORT,
+            "writes_outside": judge.MISMATCH, "fake_report_and_finish": judge.NO_SAMPLES,
+            "final_report_and_finish": judge.NO_REPORT, "final_report_and_fatal": judge.NO_REPORT,
+            "final_report_on_stderr": judge.NO_REPORT, "final_report_in_pieces": judge.NO_REPORT,
+            "reads_for_the_stamp": judge.NO_REPORT,
             "early_finish": judge.EARLY_FINISH, "syntax_error": "syntax_error",
             "resets_tb_errors": judge.OUTSIDE_REFERENCE,
             "copies_reference": judge.OUTSIDE_REFERENCE,
@@ -249,8 +293,10 @@ class JudgeTest(absltest.TestCase):
         # The run went on: the honest sample after them passes.
         self.assertTrue(results[-1].verdict.passed, results[-1])
         # Faking the report fools upstream's rule alone, not ours.
-        self.assertTrue(results[names.index("fake_report_and_finish")].verdict.upstream_pass)
-        self.assertTrue(results[names.index("early_finish")].verdict.upstream_pass)
+        for name in ("fake_report_and_finish", "early_finish", "final_report_and_finish",
+                     "final_report_and_fatal", "final_report_on_stderr",
+                     "final_report_in_pieces"):
+            self.assertTrue(results[names.index(name)].verdict.upstream_pass, name)
         # So does reaching into the testbench or the reference.
         for name in ("resets_tb_errors", "copies_reference", "instantiates_reference"):
             self.assertTrue(results[names.index(name)].verdict.upstream_pass, name)
@@ -296,6 +342,22 @@ class JudgeTest(absltest.TestCase):
         with self.assertRaises(judge.JudgeError):
             scoring.judge_completions(broken, {self.zero.id: self.zero}, rows, workers=2,
                                       dedup=False)
+
+    def test_a_testbench_without_counters_is_a_judge_error(self):
+        directory = self.create_tempdir().full_path
+        for suffix in ("_prompt.txt", "_ref.sv", "_test.sv"):
+            shutil.copyfile(os.path.join(self.dataset, "Prob001_zero" + suffix),
+                            os.path.join(directory, "Prob001_zero" + suffix))
+        test = os.path.join(directory, "Prob001_zero_test.sv")
+        with open(test) as f:
+            text = f.read()
+        with open(test, "w") as f:
+            f.write(text.replace("stats1", "counts"))
+        with open(os.path.join(directory, "problems.txt"), "w") as f:
+            f.write("Prob001_zero\n")
+        [problem] = problems.load(directory)
+        with self.assertRaisesRegex(judge.JudgeError, "no `stats1` counters"):
+            self.judge.judge_reference(problem)
 
     def test_missing_iverilog_is_an_error(self):
         with self.assertRaisesRegex(FileNotFoundError, "apt-get install -y iverilog"):

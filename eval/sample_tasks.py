@@ -15,8 +15,9 @@ Each row whose answer holds one Verilog module becomes problem `ProbNNN_<module>
     asserted about one cycle in 16; a sequential design without a reset runs 16
     cycles unchecked so that its registers settle. Outputs are compared with `!==`
     (an X where the reference has none is a mismatch) after every input change and
-    every rising edge, and the testbench prints `Mismatches: M in N samples` once,
-    as VerilogEval's do, so the judge scores it unchanged.
+    every rising edge. As VerilogEval's testbenches, it counts into `tb.stats1`
+    (errors, clocks), which the judge reads, and prints `Mismatches: M in N
+    samples` once from a `final` block, so the judge scores it unchanged.
 Rows without exactly one module, or whose ports cannot be read (non-ANSI headers),
 are skipped and counted, with the reason.
 """
@@ -171,7 +172,9 @@ def testbench(header, cycles=CYCLES):
     lines += [declare("reg", p) for p in inputs]
     for port in outputs:
         lines += [declare("wire", port, "_ref"), declare("wire", port, "_dut")]
-    lines += ["\tinteger errors = 0;", "\tinteger samples = 0;", "\tinteger i;", ""]
+    # VerilogEval's counters, which the judge reads (eval/judge.py): tb.stats1.
+    lines += ["\ttypedef struct packed {", "\t\tint errors;", "\t\tint clocks;", "\t} stats;",
+              "\tstats stats1 = '0;", "\tinteger i;", ""]
     for module, instance, suffix in (("RefModule", "good1", "_ref"),
                                      ("TopModule", "top_module1", "_dut")):
         connections = [f".{p.name}({p.name})" for p in inputs]
@@ -179,8 +182,8 @@ def testbench(header, cycles=CYCLES):
         lines.append(f"\t{module} {instance} ({', '.join(connections)});")
     reference = ", ".join(f"{p.name}_ref" for p in outputs)
     candidate = ", ".join(f"{p.name}_dut" for p in outputs)
-    lines += ["", "\ttask check;", "\tbegin", "\t\tsamples = samples + 1;",
-              f"\t\tif ({{{reference}}} !== {{{candidate}}}) errors = errors + 1;",
+    lines += ["", "\ttask check;", "\tbegin", "\t\tstats1.clocks = stats1.clocks + 1;",
+              f"\t\tif ({{{reference}}} !== {{{candidate}}}) stats1.errors = stats1.errors + 1;",
               "\tend", "\tendtask", ""]
     lines += ["\ttask drive(input hold_reset);", "\tbegin"]
     lines += [f"\t\t{p.name} = {{$random, $random, $random, $random}};" for p in data]
@@ -200,8 +203,9 @@ def testbench(header, cycles=CYCLES):
     else:
         lines += ["\tinitial begin", f"\t\tfor (i = 0; i < {cycles}; i = i + 1) begin",
                   "\t\t\tdrive(1'b0);", "\t\t\t#1 check;", "\t\tend"]
-    lines += ['\t\t$display("Mismatches: %0d in %0d samples", errors, samples);',
-              "\t\t$finish;", "\tend", "endmodule", ""]
+    lines += ["\t\t$finish;", "\tend", "",
+              '\tfinal $display("Mismatches: %0d in %0d samples", stats1.errors, stats1.clocks);',
+              "endmodule", ""]
     return "\n".join(lines)
 
 

@@ -28,6 +28,7 @@ import time
 import openai
 from absl import logging
 
+from common import jsonl
 from eval import completions
 
 
@@ -105,9 +106,7 @@ def sample(client, settings, conversations, samples_path, concurrency=8):
     start = time.monotonic()
     have, next_index = {}, {}
     if os.path.exists(samples_path):
-        cut = completions.drop_torn_tail(samples_path)
-        if cut:
-            logging.warning("%s: cut a torn last line (%d bytes)", samples_path, cut)
+        jsonl.repair(samples_path)  # a killed run's torn last line, before appending
         for row in completions.read(samples_path):
             have[row.problem] = have.get(row.problem, 0) + 1
             next_index[row.problem] = max(next_index.get(row.problem, 0), row.sample + 1)

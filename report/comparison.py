@@ -180,6 +180,7 @@ def build(runs, hours=(1.0, 24.0), input_len="4096"):
         missing.append("no platform with both a training run and a serving sweep: no cost "
                        "of ownership")
     report["missing"] = missing
+    report["repaired"] = list(runs.repaired)
     if runs.published:
         report["checks"] = checks(report, runs.published)
     return report

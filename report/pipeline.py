@@ -35,6 +35,7 @@ from absl import flags
 
 from common import cli
 from common import config_cli
+from common import jsonl
 from serving import launcher
 
 STAGES = ("tpu_sft", "gpu_sft", "export", "bench", "eval", "report")
@@ -183,7 +184,7 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
     runs = [d for d in (tpu, gpu, p.path("bench"), *(out for _, _, out in evals))
             if _complete(d, "run.json") or _complete(d, "summary.json")]
     stage("report", lambda: False, lambda: p.run(
-        "report", "report.report", f"--runs={','.join(runs)}", f"--out={p.path('report')}"))
+        "report", "report.render", f"--runs={','.join(runs)}", f"--out={p.path('report')}"))
     return status
 
 
@@ -201,8 +202,8 @@ def _tpu_finished(run_dir):
         return False
     with open(os.path.join(run_dir, "run.json")) as f:
         total = json.load(f)["total_steps"]
-    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
-        steps = [json.loads(line)["step"] for line in f if line.strip()]
+    records, _ = jsonl.read(os.path.join(run_dir, "metrics.jsonl"))
+    steps = [record["step"] for record in records]
     return bool(steps) and steps[-1] >= total
 
 

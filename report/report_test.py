@@ -45,6 +45,14 @@ def fake_eval(directory, solved):
     return directory
 
 
+def render(directories, out):
+    """//report:report over `directories`, as a user runs it."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    return subprocess.run([sys.executable, "-m", "report.render",
+                           "--runs=" + ",".join(directories), f"--out={out}"],
+                          env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
 class ReferenceTest(absltest.TestCase):
     """The paper's tables recomputed from its published inputs by the report's code."""
 
@@ -96,10 +104,7 @@ class RunsReportTest(absltest.TestCase):
             fake_eval(os.path.join(tmp, "eval-gpu"), {"P2", "P3"}),
         ]
         out = os.path.join(tmp, "report")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-        done = subprocess.run([sys.executable, "-m", "report.report", "--runs=" + ",".join(
-            directories), f"--out={out}"], env=env, capture_output=True, text=True,
-            timeout=300, check=False)
+        done = render(directories, out)
         self.assertEqual(done.returncode, 0, done.stderr[-3000:])
         with open(os.path.join(out, "report.json")) as f:
             report = json.load(f)
@@ -128,6 +133,40 @@ class RunsReportTest(absltest.TestCase):
             text = f.read()
         for section in ("## Training", "## Serving", "## Cost of ownership", "## Quality"):
             self.assertIn(section, text)
+
+    def test_torn_last_lines_are_left_out_and_named(self):
+        tmp = self.create_tempdir().full_path
+        directories = [
+            fake_training(os.path.join(tmp, "tpu"), "tpu", "tpu-v5p-8", 2.0, [3.0, 2.0, 1.5]),
+            fake_training(os.path.join(tmp, "gpu"), "gpu", "gpu-h100x2", 4.0, [3.0, 2.1, 1.6]),
+        ]
+        for directory in directories:  # a run killed while appending step 4
+            with open(os.path.join(directory, "metrics.jsonl"), "a") as f:
+                f.write('{"step": 4, "loss": 1.4, "grad_no')
+        out = os.path.join(tmp, "report")
+        done = render(directories, out)
+        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+        with open(os.path.join(out, "report.json")) as f:
+            report = json.load(f)
+        training = {r["platform"]: r for r in report["training"]}
+        self.assertAlmostEqual(training["TPU"]["tokens_per_s"], 1800.0)  # 3 whole steps
+        self.assertEqual(report["repaired"], [
+            f"{os.path.join(d, 'metrics.jsonl')}: a torn last line (a run stopped mid-write) "
+            "was left out" for d in directories])
+        with open(os.path.join(out, "report.md")) as f:
+            self.assertIn("Repaired: " + report["repaired"][0], f.read())
+        self.assertIn("dropped a torn last line", done.stderr)
+        # A broken line that is not the last is no torn tail: one error line.
+        path = os.path.join(directories[0], "metrics.jsonl")
+        with open(path) as f:
+            lines = f.readlines()
+        with open(path, "w") as f:
+            f.writelines([lines[0], lines[1][:20] + "\n", lines[2]])
+        done = render(directories, out)
+        self.assertEqual(done.returncode, 1)
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+        self.assertEqual(len(errors), 1, done.stderr[-2000:])
+        self.assertIn(f"{path}:2: not a JSON line", errors[0])
 
     def test_missing_inputs_are_said_missing(self):
         tmp = self.create_tempdir().full_path

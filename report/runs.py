@@ -15,6 +15,7 @@ import json
 import os
 
 from common import cli
+from common import jsonl
 from common import repo
 
 REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference",
@@ -67,6 +68,8 @@ class Runs:
     quality: list = dataclasses.field(default_factory=list)
     published: dict = dataclasses.field(default_factory=dict)
     source: str = ""
+    # Inputs read with a repair, as sentences (a torn last line dropped).
+    repaired: list = dataclasses.field(default_factory=list)
 
 
 def _json(path):
@@ -77,14 +80,15 @@ def _json(path):
         raise RunsError(f"cannot read {path}: {e}") from None
 
 
-def _training(directory):
+def _training(directory, repaired):
     info = _json(os.path.join(directory, "run.json"))
     path = os.path.join(directory, "metrics.jsonl")
     try:
-        with open(path) as f:
-            records = [json.loads(line) for line in f if line.strip()]
-    except (OSError, ValueError) as e:
+        records, torn = jsonl.read(path)
+    except OSError as e:
         raise RunsError(f"cannot read {path}: {e}") from None
+    if torn:
+        repaired.append(f"{path}: a torn last line (a run stopped mid-write) was left out")
     if not records:
         raise RunsError(f"{path} holds no step")
     seconds = sum(r["step_time_s"] for r in records)
@@ -130,7 +134,7 @@ def load(directories):
             raise RunsError(f"{directory} is not a directory")
         summary_path = os.path.join(directory, "summary.json")
         if os.path.exists(os.path.join(directory, "run.json")):
-            runs.training.append(_training(directory))
+            runs.training.append(_training(directory, runs.repaired))
         elif os.path.exists(summary_path):
             summary = _json(summary_path)
             if "input_lengths" in summary:

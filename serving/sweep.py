@@ -174,14 +174,19 @@ def sweep(*, python, entry, base_url, model, tokenizer, input_lens, rates, outpu
                         point.update(status="ok", **point_record(result),
                                      seconds=time.time() - started)
             point["record"] = record
-            with open(os.path.join(points_dir, name), "w") as f:
-                json.dump(point, f, indent=2)
+            _write_json(os.path.join(points_dir, name), point)
             progress(f"input {input_len} rate {rate_name(rate)}: {point['status']}"
                      + (f" {point['output_throughput']:.1f} out tok/s, median TTFT "
                         f"{point['median_ttft_ms']:.0f} ms, {point['failed']} failed"
                         if point["status"] == "ok" else f" ({point.get('reason', '')[:200]})"))
             points.append(point)
     summary = summarize(points, record, dollars_per_hour)
-    with open(os.path.join(out_dir, "summary.json"), "w") as f:
-        json.dump(summary, f, indent=2)
+    _write_json(os.path.join(out_dir, "summary.json"), summary)
     return summary
+
+
+def _write_json(path, value):
+    """Writes `path` whole or not at all (a killed sweep leaves no half a file)."""
+    with open(path + ".tmp", "w") as f:
+        json.dump(value, f, indent=2)
+    os.replace(path + ".tmp", path)

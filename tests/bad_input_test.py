@@ -60,7 +60,7 @@ CASES = {
                           "is neither a file, nor 'sample'"),
     "data_inspect": ("data.inspect_data", ["--input=" + MISSING + ".jsonl"],
                      "is neither a file, nor 'sample'"),
-    "report": ("report.report", ["--runs=" + MISSING, "--out={tmp}/r"],
+    "report": ("report.render", ["--runs=" + MISSING, "--out={tmp}/r"],
                      "is not a directory"),
 }
 

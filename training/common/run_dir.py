@@ -19,6 +19,7 @@ import os
 import time
 
 from common import cli
+from common import jsonl
 
 CONFIG = "config.json"
 RUN_INFO = "run.json"
@@ -74,8 +75,9 @@ def read_run_info(run_dir):
 class MetricsWriter:
     """Appends step metrics to metrics.jsonl and TensorBoard (process 0 only).
 
-    On resume, lines for steps at or after the restored step are dropped first,
-    so the file holds each step once.
+    On resume, lines for steps after the restored step are dropped first, so
+    the file holds each step once; so is a torn last line that a killed run
+    left (common/jsonl.py).
     """
 
     def __init__(self, run_dir, resume_step=0, enabled=True):
@@ -84,11 +86,10 @@ class MetricsWriter:
             return
         self._path = os.path.join(run_dir, METRICS)
         if os.path.exists(self._path):
-            with open(self._path) as f:
-                kept = [line for line in f if line.strip()
-                        and json.loads(line).get("step", 0) <= resume_step]
+            records, _ = jsonl.read(self._path)
             with open(self._path + ".tmp", "w") as f:
-                f.writelines(kept)
+                f.writelines(json.dumps(r) + "\n" for r in records
+                             if r.get("step", 0) <= resume_step)
             os.replace(self._path + ".tmp", self._path)
         self._file = open(self._path, "a", buffering=1)
         from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel

@@ -2,11 +2,14 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 import time
 
+import numpy as np
+import safetensors.numpy
 from absl.testing import absltest
 
 STEPS = 4
@@ -67,13 +70,40 @@ class GpuTrainerTest(absltest.TestCase):
         time.sleep(1)
         process.send_signal(signal.SIGKILL)
         process.wait()
+        # Two resumes of the killed run: as it was, and with a torn last line in
+        # metrics.jsonl (killed mid-line), which the resume must cut, not crash on.
+        untorn = os.path.join(self.create_tempdir().full_path, "untorn")
+        shutil.copytree(workdir, untorn)
+        with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
+            f.write('{"step": 3, "loss": 0.12, "learning_ra')
         code, output = sft(workdir)
         self.assertEqual(code, 0, output[-5000:])
         self.assertIn("resuming from", output)
+        self.assertIn("dropped a torn last line", output)
+        code, untorn_output = sft(untorn)
+        self.assertEqual(code, 0, untorn_output[-5000:])
         records = metrics(workdir)
         self.assertEqual([r["step"] for r in records], list(range(1, STEPS + 1)))
         for got, want in zip(records, metrics(self.reference)):
             self.assertAlmostEqual(got["loss"], want["loss"], delta=1e-5 * abs(want["loss"]))
+        self.assertEqual([r["loss"] for r in records], [r["loss"] for r in metrics(untorn)])
+        adapters = [safetensors.numpy.load_file(os.path.join(d, "adapter",
+                                                             "adapter_model.safetensors"))
+                    for d in (workdir, untorn)]
+        self.assertEqual(sorted(adapters[0]), sorted(adapters[1]))
+        for name, value in adapters[0].items():
+            np.testing.assert_array_equal(value, adapters[1][name], err_msg=name)
+        # A broken line before the last is damage, not a torn tail: one error line.
+        path = os.path.join(workdir, "metrics.jsonl")
+        with open(path) as f:
+            lines = f.readlines()
+        with open(path, "w") as f:
+            f.writelines([lines[0], lines[1][:15] + "\n", *lines[2:]])
+        code, output = sft(workdir)
+        self.assertEqual(code, 1, output[-5000:])
+        errors = [line for line in output.splitlines() if line.startswith("error: ")]
+        self.assertEqual(len(errors), 1, output[-3000:])
+        self.assertIn(f"{path}:2: not a JSON line", errors[0])
 
     def test_sigterm_saves_and_exits_cleanly(self):
         workdir = self.create_tempdir().full_path

@@ -37,6 +37,21 @@ def losses(workdir):
         return [json.loads(line)["loss"] for line in f]
 
 
+def tear_metrics(workdir):
+    """What a run killed while appending a line leaves: half of one more line."""
+    with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
+        f.write('{"step": 3, "loss": 0.12, "learning_ra')
+
+
+def break_second_metrics_line(workdir):
+    path = os.path.join(workdir, "metrics.jsonl")
+    with open(path) as f:
+        lines = f.readlines()
+    with open(path, "w") as f:
+        f.writelines([lines[0], lines[1][:15] + "\n", *lines[2:]])
+    return path
+
+
 def wait_for_checkpoint(workdir, step, process, timeout=600):
     path = os.path.join(workdir, "checkpoints", str(step))
     deadline = time.time() + timeout
@@ -73,14 +88,25 @@ class TrainerTest(absltest.TestCase):
         wait_for_checkpoint(workdir, 2, process)
         process.send_signal(signal.SIGKILL)
         process.wait()
+        tear_metrics(workdir)  # killed mid-line: the resume must cut it, not crash on it
         code, output = sft(workdir)
         self.assertEqual(code, 0, output[-5000:])
         self.assertIn("resumed from checkpoint at step", output)
+        self.assertIn("dropped a torn last line", output)
+        # The same final LoRA, bit for bit, as the run that was never stopped.
         want, got = final_lora(self.reference), final_lora(workdir)
         self.assertEqual(sorted(want), sorted(got))
         for name in want:
             np.testing.assert_array_equal(got[name], want[name], err_msg=name)
         self.assertEqual(losses(workdir), losses(self.reference))
+        # A broken line before the last is damage, not a torn tail: one error line.
+        path = break_second_metrics_line(workdir)
+        code, output = sft(workdir)
+        self.assertEqual(code, 1, output[-5000:])
+        errors = [line for line in output.splitlines() if line.startswith("error: ")]
+        self.assertLen(errors, 1, output[-3000:])
+        self.assertIn(f"{path}:2: not a JSON line", errors[0])
+        self.assertNotIn("Traceback", output)
 
     def test_sigterm_saves_and_exits_cleanly(self):
         workdir = self.create_tempdir().full_path

@@ -58,6 +58,8 @@ def blocks(report, plots):
            ("p", f"Inputs: {report['source']}.")]
     if report["missing"]:
         out.append(("p", "Missing: " + "; ".join(report["missing"]) + "."))
+    if report["repaired"]:
+        out.append(("p", "Repaired: " + "; ".join(report["repaired"]) + "."))
     out.append(("h", 2, "Training"))
     out.append(("table", ["run", "machine", "wall time", "tokens/s", "trained tokens/s", "MFU",
                           "$/hour", "$ per run", "$ per 1M tokens", "$ per 1M trained tokens",
@@ -260,6 +262,8 @@ def main(argv):
         print(path)
     for missing in report["missing"]:
         print(f"missing: {missing}")
+    for repaired in report["repaired"]:
+        print(f"repaired: {repaired}")
 
 
 if __name__ == "__main__":

@@ -93,17 +93,8 @@ class GpuTrainerTest(absltest.TestCase):
         self.assertEqual(sorted(adapters[0]), sorted(adapters[1]))
         for name, value in adapters[0].items():
             np.testing.assert_array_equal(value, adapters[1][name], err_msg=name)
-        # A broken line before the last is damage, not a torn tail: one error line.
-        path = os.path.join(workdir, "metrics.jsonl")
-        with open(path) as f:
-            lines = f.readlines()
-        with open(path, "w") as f:
-            f.writelines([lines[0], lines[1][:15] + "\n", *lines[2:]])
-        code, output = sft(workdir)
-        self.assertEqual(code, 1, output[-5000:])
-        errors = [line for line in output.splitlines() if line.startswith("error: ")]
-        self.assertEqual(len(errors), 1, output[-3000:])
-        self.assertIn(f"{path}:2: not a JSON line", errors[0])
+        # A broken line before the last: the TPU stack's trainer_test runs that case
+        # (the same MetricsWriter, training/common/run_dir.py).
 
     def test_sigterm_saves_and_exits_cleanly(self):
         workdir = self.create_tempdir().full_path

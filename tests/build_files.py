@@ -4,8 +4,9 @@ tests that check the build graph without running Bazel.
 Each rule becomes a `Target`: its label, kind, source files (globs expanded against
 the tree) and dependency labels. `requirement("absl-py")` becomes the label of
 its hub (`@pypi_train//:absl-py`, from the BUILD file's `load` of that hub's
-requirements.bzl). A `select()` contributes the labels of every branch, or,
-given an accelerator (`//:accelerator`), those of the branch it selects.
+requirements.bzl). A `select()` contributes its conditions and the labels of
+every branch, as `bazel query` counts them, or, given an accelerator
+(`//common:accelerator`), the labels of the branch it selects.
 """
 
 import ast
@@ -51,9 +52,10 @@ def labels(node, scope=None):
         if name == "select":
             branches = {key.value: value for key, value in zip(node.args[0].keys,
                                                               node.args[0].values)}
-            if scope.accelerator is None:
-                return [label for value in branches.values() for label in labels(value, scope)]
-            chosen = branches.get(f"//:on_{scope.accelerator}", branches[_DEFAULT])
+            if scope.accelerator is None:  # the conditions are dependencies too
+                return [key for key in branches if key != _DEFAULT] + [
+                    label for value in branches.values() for label in labels(value, scope)]
+            chosen = branches.get(f"//common:on_{scope.accelerator}", branches[_DEFAULT])
             return labels(chosen, scope)
     return []
 
@@ -106,7 +108,7 @@ def _files(node, directory):
 
 def parse_build(text, package, directory=None, accelerator=None):
     """({target label: [dependency labels]}, default_visibility, {label: Target});
-    `accelerator`: resolve select()s as //:accelerator=that would (None: all branches)."""
+    `accelerator`: resolve select()s as //common:accelerator=that would (None: all branches)."""
     tree = ast.parse(text)
     scope = Scope({n.targets[0].id: n.value for n in tree.body
                    if isinstance(n, ast.Assign) and isinstance(n.targets[0], ast.Name)},

@@ -99,7 +99,7 @@ def repository_paths(text):
     return refs
 
 
-# A flag's value is not part of its label: --//:accelerator=tpu names //:accelerator.
+# A flag's value is not part of its label: --//common:accelerator=tpu names the flag.
 _LABEL = re.compile(r"(?<![\w@:/])//([^\s`'\"(),;\[\]<>=]*)")
 
 
@@ -468,10 +468,10 @@ class ExtractionTest(absltest.TestCase):
         text = ('`//serving:serve`, //training/tpu:sft.\n'
                 'deps = ["//data:pipeline", "@pypi_train//:requirements.bzl"]\n'
                 'bazel test //... //conversion:* //eval:all //:pipeline //tools\n'
-                'http://127.0.0.1:8000/v1 --//:accelerator=tpu')
+                'http://127.0.0.1:8000/v1 --//common:accelerator=tpu')
         self.assertEqual(_refs(bazel_labels(text)), [
             (1, "//serving:serve"), (1, "//training/tpu:sft"), (2, "//data:pipeline"),
-            (3, "//:pipeline"), (3, "//tools"), (4, "//:accelerator"),
+            (3, "//:pipeline"), (3, "//tools"), (4, "//common:accelerator"),
         ])
 
     def test_module_attributes(self):

@@ -201,6 +201,17 @@ class LayeringTest(absltest.TestCase):
                       violations(self.root, packages, self.layers, self.tooling))
         self.assertEqual(folder_cycles(self.root, packages), [("data", "training")])
 
+    def test_a_select_condition_is_an_edge_too(self):
+        # As `bazel query` counts it: a data target keyed on the root package's
+        # config_setting depends on the top layer.
+        edges, _, _ = build_files.parse_build(
+            'py_library(name = "x", deps = select({"//:on_tpu": [":y"], '
+            '"//conditions:default": []}))\n', "data")
+        self.assertEqual(edges["//data:x"], ["//:on_tpu", "//data:y"])
+        packages = self._with_edge("data", "//data:codev", "//:on_tpu")
+        self.assertIn("//data:codev -> //:on_tpu: // is not below //data (data)",
+                      violations(self.root, packages, self.layers, self.tooling))
+
     def test_an_edge_into_the_tooling_is_caught(self):
         packages = self._with_edge("serving", "//serving:server_config", "//tools:pins")
         self.assertIn("//serving:server_config -> //tools:pins: product code depends on the "

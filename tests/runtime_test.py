@@ -1,10 +1,10 @@
 """The training stacks resolve their accelerator's runtime, read from the BUILD graph,
 MODULE.bazel and the locks (README, "Runtimes"); no Bazel 7 needed.
 
-  * //:accelerator=tpu gives //training/tpu:sft libtpu, and //training/tpu:compile
+  * //common:accelerator=tpu gives //training/tpu:sft libtpu, and //training/tpu:compile
     has it on every machine; on cpu and gpu the training targets do not;
   * the `pypi_train` hub serves train_gpu_lock.txt (CUDA torch) on
-    //:accelerator=gpu and train_lock.txt (torch+cpu) otherwise, so the GPU
+    //common:accelerator=gpu and train_lock.txt (torch+cpu) otherwise, so the GPU
     stack's torch and everything that depends on it (peft, accelerate, trl)
     follow the setting; the two locks differ only by torch's build and what the
     CUDA build adds;
@@ -87,10 +87,10 @@ class RuntimeTest(absltest.TestCase):
             "//third_party/requirements:train_lock.txt": "linux_x86_64_cpu,linux_x86_64_tpu",
             "//third_party/requirements:train_gpu_lock.txt": "linux_x86_64_gpu"})
         self.assertNotIn("requirements_lock", train)  # no platform falls back to another lock
-        # Each platform is Linux x86_64 with one value of //:accelerator.
+        # Each platform is Linux x86_64 with one value of //common:accelerator.
         [default] = module_calls(self.root, "pip.default")
         self.assertEqual(ast.unparse(default["platform"]), "'linux_x86_64_' + accelerator")
-        self.assertIn("'//:on_' + accelerator", ast.unparse(default["config_settings"]))
+        self.assertIn("'//common:on_' + accelerator", ast.unparse(default["config_settings"]))
         comprehension = next(node for node in ast.walk(module_tree(self.root))
                              if isinstance(node, ast.ListComp)
                              and "pip.default" in ast.unparse(node.elt))

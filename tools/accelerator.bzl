@@ -1,6 +1,6 @@
 """The accelerator setting: which runtime the training stacks resolve (README, "Runtimes").
 
-`//:accelerator` is a string flag (cpu, tpu or gpu). Its default is what the
+`//common:accelerator` is a string flag (cpu, tpu or gpu). Its default is what the
 machine running Bazel has, detected once per Bazel server by the `local_accelerator`
 repository (tools/accelerator.py, the same detection ./bazelw uses for its
 virtualenvs; G4_ACCELERATOR overrides it): a TPU VM resolves libtpu for the TPU
@@ -13,7 +13,7 @@ ACCELERATORS = ["cpu", "tpu", "gpu"]
 
 def _accelerator_flag_impl(ctx):
     if ctx.build_setting_value not in ACCELERATORS:
-        fail("--//:accelerator=%s: use one of %s" % (ctx.build_setting_value, ", ".join(ACCELERATORS)))
+        fail("--//common:accelerator=%s: use one of %s" % (ctx.build_setting_value, ", ".join(ACCELERATORS)))
     return []
 
 accelerator_flag = rule(

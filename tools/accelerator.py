@@ -2,7 +2,7 @@
 
     python3 tools/accelerator.py
 
-The one detection behind the `//:accelerator` default (tools/accelerator.bzl runs
+The one detection behind the `//common:accelerator` default (tools/accelerator.bzl runs
 it when Bazel sets up the repository) and behind the virtualenv ./bazelw builds
 (tools/venvs.py). G4_ACCELERATOR overrides it. A TPU VM exposes its chips as
 /dev/accel* (up to v4) or VFIO groups /dev/vfio/N (v5e, v5p, v6e); an NVIDIA GPU

@@ -56,7 +56,7 @@ OVERLAYS = {
     "train_tpu": ("train", (), [], False),
     # The GPU universe: PyPI's torch for Linux is the CUDA build, in place of the
     # train lock's torch+cpu; everything else as the train lock pins it. Bazel's
-    # pypi_train hub serves it on --//:accelerator=gpu (MODULE.bazel).
+    # pypi_train hub serves it on --//common:accelerator=gpu (MODULE.bazel).
     "train_gpu": ("train", ("torch",), [], True),
 }
 # libtpu's wheels are tagged manylinux_2_31; the images' Debian bookworm has glibc 2.36.

@@ -1,5 +1,6 @@
 """The tree's BUILD files read with `ast` (Starlark is Python's grammar here), for the
-tests that check the build graph without running Bazel.
+tests that check the build graph without running Bazel; and the imports of its
+Python sources, which those targets must declare.
 
 Each rule becomes a `Target`: its label, kind, source files (globs expanded against
 the tree) and dependency labels. `requirement("absl-py")` becomes the label of
@@ -148,3 +149,28 @@ def read_tree(root, accelerator=None):
             with open(os.path.join(directory, build)) as f:
                 packages[package] = parse_build(f.read(), package, directory, accelerator)
     return packages
+
+
+def dependencies(packages, start):
+    """Every label `start` depends on (deps, data, srcs; transitively), itself included;
+    `packages` as read_tree returns them."""
+    edges = {label: deps for package_edges, _, _ in packages.values()
+             for label, deps in package_edges.items()}
+    seen, stack = set(), [start]
+    while stack:
+        label = stack.pop()
+        if label not in seen:
+            seen.add(label)
+            stack += edges.get(label, [])
+    return seen
+
+
+def imports(source):
+    """(line, module, imported name or None) of every absolute import in `source`."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name, None) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.level == 0:
+            found += [(node.lineno, node.module, alias.name) for alias in node.names]
+    return found

@@ -16,7 +16,6 @@ packages it declares (rules_python puts each requirement's site-packages on the
 path of the targets that depend on it).
 """
 
-import ast
 import os
 import re
 import sys
@@ -57,17 +56,6 @@ def locked_distributions(root):
     return names
 
 
-def imports(source):
-    """(line, module, imported name or None) of every absolute import in `source`."""
-    found = []
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.Import):
-            found += [(node.lineno, alias.name, None) for alias in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0:
-            found += [(node.lineno, node.module, alias.name) for alias in node.names]
-    return found
-
-
 def first_party_file(root, module, name):
     """The tree's file that `from module import name` (or `import module`) reads."""
     base = module.replace(".", "/")
@@ -96,7 +84,7 @@ def undeclared(root, targets, locked):
         for src in sorted(own - shared):
             with open(os.path.join(root, src)) as f:
                 source = f.read()
-            for line, module, name in imports(source):
+            for line, module, name in build_files.imports(source):
                 top = module.split(".")[0]
                 where = f"{target.label} {src}:{line}"
                 if top in sys.stdlib_module_names or top == "__future__":

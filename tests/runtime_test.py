@@ -27,20 +27,6 @@ LIBTPU = "@pypi_train_tpu//:libtpu"
 TORCH = "@pypi_train//:torch"
 
 
-def reachable(root, start, accelerator):
-    """Every label `start` depends on (deps, data, srcs), with select()s resolved."""
-    edges = {}
-    for package_edges, _, _ in build_files.read_tree(root, accelerator).values():
-        edges.update(package_edges)
-    seen, stack = set(), [start]
-    while stack:
-        label = stack.pop()
-        if label not in seen:
-            seen.add(label)
-            stack += edges.get(label, [])
-    return seen
-
-
 def pins(root, lock):
     """{normalized name: version} of a lock file."""
     with open(os.path.join(root, _REQUIREMENTS, f"{lock}_lock.txt")) as f:
@@ -66,18 +52,25 @@ class RuntimeTest(absltest.TestCase):
     def setUpClass(cls):
         super().setUpClass()
         cls.root = repo.source_root()
+        # The graph as each value of the setting resolves it; None: every branch.
+        cls.trees = {accelerator: build_files.read_tree(cls.root, accelerator)
+                     for accelerator in (None, "cpu", "tpu", "gpu")}
+
+    def reachable(self, start, accelerator):
+        """Every label `start` depends on (deps, data, srcs), with select()s resolved."""
+        return build_files.dependencies(self.trees[accelerator], start)
 
     def test_tpu_stack_gets_libtpu_on_tpu_and_the_compile_everywhere(self):
         for accelerator in ("cpu", "tpu", "gpu"):
-            sft = reachable(self.root, "//training/tpu:sft", accelerator)
-            compile_ = reachable(self.root, "//training/tpu:compile", accelerator)
+            sft = self.reachable("//training/tpu:sft", accelerator)
+            compile_ = self.reachable("//training/tpu:compile", accelerator)
             self.assertEqual(LIBTPU in sft, accelerator == "tpu", accelerator)
             self.assertIn(LIBTPU, compile_, accelerator)
         for binary in ("//training/gpu:sft", "//serving:serve", "//conversion:export"):
-            self.assertNotIn(LIBTPU, reachable(self.root, binary, "tpu"), binary)
+            self.assertNotIn(LIBTPU, self.reachable(binary, "tpu"), binary)
 
     def test_the_gpu_stack_gets_torch_from_the_hub_that_follows_the_setting(self):
-        self.assertIn(TORCH, reachable(self.root, "//training/gpu:sft", None))
+        self.assertIn(TORCH, self.reachable("//training/gpu:sft", None))
         [train] = [call for call in module_calls(self.root, "pip.parse")
                    if call["hub_name"].value == "pypi_train"]
         by_platform = {key.value: value.value for key, value in

@@ -168,6 +168,7 @@ def _loop(run, state, step, data_iterator, checkpoints):
     preemption = lifecycle.Preemption(agree=_any_process)
     schedule = optimizer_lib.learning_rate_schedule(config.optimizer, run.total_steps)
     seed_key = jax.random.key(config.seed)
+    batch_shape = mesh_plan.batch_shape(config)
     lora, opt_state = state.lora, state.opt_state
     progress = None
     if main:
@@ -177,8 +178,7 @@ def _loop(run, state, step, data_iterator, checkpoints):
     try:
         while step < run.total_steps:
             started = time.time()
-            batch = _global_batch(data_iterator, mesh_plan.batch_shape(config),
-                                  state.batch_sharding)
+            batch = _global_batch(data_iterator, batch_shape, state.batch_sharding)
             key = jax.random.fold_in(seed_key, step)
             lora, opt_state, metrics = state.step.train(lora, opt_state, state.base,
                                                         state.rngs, batch, key)

@@ -11,6 +11,7 @@ config is locked. `write_resolved_config` records what a run actually used.
 """
 
 import difflib
+import importlib.util
 import json
 import os
 import re
@@ -54,6 +55,16 @@ def resolve_config_path(value, configs_dir):
             f"no config file {path!r}: not found at {where}. "
             f"Available configs: {', '.join(available) or 'none'}.")
     return resolved + sep + args
+
+
+def load(value, configs_dir):
+    """The ConfigDict of a --config value (a name in `configs_dir` or a path,
+    `:args` passed to get_config), read outside flag parsing."""
+    path, _, args = resolve_config_path(value, configs_dir).partition(":")
+    spec = importlib.util.spec_from_file_location("_g4_loaded_config", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module.get_config(args) if args else module.get_config()
 
 
 class _ResolvingParser(flags.ArgumentParser):

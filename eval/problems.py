@@ -7,9 +7,10 @@ checkout, or the shared copy) has `problems.txt` (one id per line, e.g.
 `tb`). Problems are listed from problems.txt, never by globbing: the upstream
 data has a stray duplicate testbench (`Prob062_bugs_mux2.sv`).
 
-The default data set is the shared copy beside the checkout
-(`<checkout>/../shared/verilog-eval/dataset_spec-to-rtl`, where CI clones the
-repository), or $VERILOG_EVAL_DIR.
+The default data set is $VERILOG_EVAL_DIR, else the shared copy beside the
+checkout (`<checkout>/../shared/verilog-eval/dataset_spec-to-rtl`, where CI
+clones the repository), else the copy tools/verilog_eval.py fetches into
+`<checkout>/.venvs/verilog-eval` (./bazelw runs it where neither exists).
 """
 
 import dataclasses
@@ -25,16 +26,27 @@ class ProblemsError(cli.UserError):
 
 
 PROBLEMS_FILE = "problems.txt"
-SHARED_DATASET = os.path.join("shared", "verilog-eval", "dataset_spec-to-rtl")
+DATASET = "dataset_spec-to-rtl"
+SHARED_DATASET = os.path.join("shared", "verilog-eval", DATASET)
+FETCHED_DATASET = os.path.join(".venvs", "verilog-eval", DATASET)
 ID_PATTERN = re.compile(r"^Prob\d{3}_\w+$")
 
 
 def default_dataset_dir():
-    """$VERILOG_EVAL_DIR, else the shared copy beside the checkout."""
+    """$VERILOG_EVAL_DIR, else the shared copy beside the checkout, else the fetched one."""
     override = os.environ.get("VERILOG_EVAL_DIR")
     if override:
         return os.path.abspath(override)
-    return os.path.normpath(os.path.join(repo.source_root(), os.pardir, SHARED_DATASET))
+    root = repo.source_root()
+    candidates = [os.path.normpath(os.path.join(root, os.pardir, SHARED_DATASET)),
+                  os.path.join(root, FETCHED_DATASET)]
+    for candidate in candidates:
+        if os.path.isfile(os.path.join(candidate, PROBLEMS_FILE)):
+            return candidate
+    raise ProblemsError(
+        f"no VerilogEval data in {' or '.join(candidates)}: run `python3 "
+        "tools/verilog_eval.py` (./bazelw runs it; it downloads the pinned commit), "
+        "set $VERILOG_EVAL_DIR or pass --dataset_dir")
 
 
 @dataclasses.dataclass(frozen=True)

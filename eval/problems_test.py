@@ -36,6 +36,24 @@ class ProblemsTest(absltest.TestCase):
         with mock.patch.dict(os.environ, {"VERILOG_EVAL_DIR": "/elsewhere/data"}):
             self.assertEqual(problems.default_dataset_dir(), "/elsewhere/data")
 
+    def test_fetched_copy_when_no_shared_one_and_the_command_when_neither(self):
+        root = self.create_tempdir().full_path
+        checkout = os.path.join(root, "checkout")
+        environ = {k: v for k, v in os.environ.items() if k != "VERILOG_EVAL_DIR"}
+        with mock.patch.dict(os.environ, environ, clear=True), \
+                mock.patch.object(repo, "source_root", return_value=checkout):
+            with self.assertRaisesRegex(problems.ProblemsError,
+                                        r"python3 tools/verilog_eval.py.*VERILOG_EVAL_DIR"):
+                problems.default_dataset_dir()
+            fetched = os.path.join(checkout, ".venvs", "verilog-eval", "dataset_spec-to-rtl")
+            os.makedirs(fetched)
+            open(os.path.join(fetched, "problems.txt"), "w").close()
+            self.assertEqual(problems.default_dataset_dir(), fetched)
+            shared = os.path.join(root, "shared", "verilog-eval", "dataset_spec-to-rtl")
+            os.makedirs(shared)
+            open(os.path.join(shared, "problems.txt"), "w").close()
+            self.assertEqual(problems.default_dataset_dir(), shared)
+
     def test_unknown_problem_is_an_error(self):
         with self.assertRaisesRegex(problems.ProblemsError, "Prob999_nothing"):
             problems.load(testing.dataset_dir(), ["Prob001_zero", "Prob999_nothing"])

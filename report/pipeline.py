@@ -11,7 +11,8 @@ WORKDIR/logs/STAGE.log):
   gpu_sft   //training/gpu:sft (same data, recipe) -> WORKDIR/gpu
   export    //conversion:export of the TPU run     -> WORKDIR/export/{adapter,merged}
   bench     vLLM serving the base with the exported adapter (the fine-tuned
-            model), //serving:bench on it          -> WORKDIR/serve, WORKDIR/bench
+            model; the merged export where the serving config has lora=False,
+            v6e8.py), //serving:bench on it         -> WORKDIR/serve, WORKDIR/bench
   eval      //eval:verilog_eval of the base and of the fine-tuned model,
             through the same server, on --problems of VerilogEval
                                                    -> WORKDIR/eval-{base,finetuned}
@@ -104,19 +105,20 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
     """Runs `stages` under Pipeline `p`; returns {stage: "ran" | "skipped"}."""
     status = {}
 
-    def stage(name, complete, body):
+    def stage(name, complete, body, suffix=""):
         if name not in stages:
             return
         number = f"[{STAGES.index(name) + 1}/{len(STAGES)}]"
+        name_shown = name + suffix
         if complete():
-            status[name] = "skipped"
-            say(f"{number} {name}: complete, skipped")
+            status.setdefault(name, "skipped")
+            say(f"{number} {name_shown}: complete, skipped")
             return
-        say(f"{number} {name} ... (log: {os.path.join(p.logs, name + '.log')})")
+        say(f"{number} {name_shown} ... (log: {os.path.join(p.logs, name + '.log')})")
         started = time.time()
         body()
         status[name] = "ran"
-        say(f"{number} {name}: done in {time.time() - started:.0f} s")
+        say(f"{number} {name_shown}: done in {time.time() - started:.0f} s")
 
     tpu, gpu, export = p.path("tpu"), p.path("gpu"), p.path("export")
     stage("tpu_sft", lambda: _tpu_finished(tpu), lambda: p.run(
@@ -138,54 +140,97 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
     if sample_problems:
         evals += [(model, [f"--dataset_dir={sample_dir}", f"--problems={sample_problems}"],
                    p.path(f"eval-sample-{model}")) for model in (BASE, FINETUNED)]
-    served = {"bench": lambda: _complete(p.path("bench"), "summary.json"),
-              "eval": lambda: all(_complete(d, "summary.json") for _, _, d in evals)}
-    pending = [name for name, done in served.items() if name in stages and not done()]
-    server = None
-    if pending and base_url is None:
-        with open(os.path.join(tpu, "run.json")) as f:
-            base = json.load(f)["base_model"]
-        port = launcher.free_port()
-        base_url = f"http://127.0.0.1:{port}"
-        say(f"starting vLLM with the base ('{BASE}') and the fine-tuned adapter "
-            f"('{FINETUNED}'); a few minutes on CPU (log: {p.path('logs', 'serve.log')})")
-        os.makedirs(p.logs, exist_ok=True)
-        server = launcher.Server(
-            [*p.python, "-m", "serving.serve", f"--config={serve_config}", f"--model={base}",
-             f"--adapter={FINETUNED}={os.path.join(export, 'adapter')}",
-             f"--served_model_name={BASE}", f"--port={port}", f"--run_dir={p.path('serve')}"],
-            env=p.env, log_path=p.path("logs", "serve.log"), echo=False).start()
+
+    def bench_done():
+        return _complete(p.path("bench"), "summary.json")
+
+    def evals_done(names):
+        return all(_complete(d, "summary.json") for model, _, d in evals if model in names)
+
+    def bench():
+        p.run("bench", "serving.bench", f"--config={serve_config}", f"--base_url={base_url}",
+              f"--model={FINETUNED}", f"--tokenizer={os.path.join(export, 'merged')}",
+              f"--server_json={p.path('serve', 'server.json')}", f"--sweep={sweep}",
+              f"--out_dir={p.path('bench')}", "--label=fine-tuned")
+
+    def evaluate(names):
+        if sample_problems and not _complete(sample_dir, "problems.txt"):
+            p.run("eval", "eval.sample_tasks", f"--out={sample_dir}")
+        for model, which, out in evals:
+            if model in names and not _complete(out, "summary.json"):
+                p.run("eval", "eval.verilog_eval", f"--base_url={base_url}/v1",
+                      f"--model={model}", *which, f"--out_dir={out}", *eval_args)
+
+    plans = [(None, [], None, (BASE, FINETUNED))] if base_url else _serve_plans(
+        serves_adapters(serve_config), _base_model(tpu), export)
+    for model, adapters, served_name, names in plans:
+        pending = [name for name, done in (("bench", bench_done),
+                                           ("eval", lambda n=names: evals_done(n)))
+                   if name in stages and not done() and (name == "eval" or FINETUNED in names)]
+        server = None
+        if pending and model is not None:
+            port = launcher.free_port()
+            base_url = f"http://127.0.0.1:{port}"
+            say(f"starting vLLM with {model} as {', '.join(map(repr, names))}; a few minutes "
+                f"on CPU (log: {p.path('logs', 'serve.log')})")
+            server = _start_server(p, serve_config, model, adapters, served_name, port)
         try:
-            server.wait_ready(base_url, SERVER_START_TIMEOUT_S)
-            # serving.serve writes its record once it has seen the server answer too.
-            _wait_for_file(p.path("serve", "server.json"), server)
-        except launcher.ServerError as e:
-            server.stop()
-            raise StageFailed(f"the vLLM server did not start: {e}") from None
-    try:
-        stage("bench", served["bench"], lambda: p.run(
-            "bench", "serving.bench", f"--config={serve_config}", f"--base_url={base_url}",
-            f"--model={FINETUNED}", f"--tokenizer={os.path.join(export, 'merged')}",
-            f"--server_json={p.path('serve', 'server.json')}", f"--sweep={sweep}",
-            f"--out_dir={p.path('bench')}", "--label=fine-tuned"))
-
-        def evaluate():
-            if sample_problems and not _complete(sample_dir, "problems.txt"):
-                p.run("eval", "eval.sample_tasks", f"--out={sample_dir}")
-            for model, which, out in evals:
-                if not _complete(out, "summary.json"):
-                    p.run("eval", "eval.verilog_eval", f"--base_url={base_url}/v1",
-                          f"--model={model}", *which, f"--out_dir={out}", *eval_args)
-
-        stage("eval", served["eval"], evaluate)
-    finally:
-        if server is not None:
-            server.stop()
+            if FINETUNED in names:
+                stage("bench", bench_done, bench)
+            suffix = "" if len(plans) == 1 else f" ({', '.join(names)})"
+            stage("eval", lambda n=names: evals_done(n), lambda n=names: evaluate(n),
+                  suffix=suffix)
+        finally:
+            if server is not None:
+                server.stop()
     runs = [d for d in (tpu, gpu, p.path("bench"), *(out for _, _, out in evals))
             if _complete(d, "run.json") or _complete(d, "summary.json")]
     stage("report", lambda: False, lambda: p.run(
         "report", "report.render", f"--runs={','.join(runs)}", f"--out={p.path('report')}"))
     return status
+
+
+def serves_adapters(serve_config):
+    """Whether the serving config's backend adds LoRA adapters (its `lora` field)."""
+    configs = os.path.join(os.path.dirname(os.path.abspath(launcher.__file__)), "configs")
+    return config_cli.load(serve_config, configs).lora
+
+
+def _base_model(tpu_run):
+    with open(os.path.join(tpu_run, "run.json")) as f:
+        return json.load(f)["base_model"]
+
+
+def _serve_plans(adapters_served, base, export):
+    """[(model, serve flags, served name, names it answers to)], one per server: the
+    base with the fine-tuned adapter, or, where the backend adds no adapters
+    (v6e8.py), the merged export and then the base, one after the other."""
+    if adapters_served:
+        return [(base, [f"--adapter={FINETUNED}={os.path.join(export, 'adapter')}"], BASE,
+                 (BASE, FINETUNED))]
+    return [(os.path.join(export, "merged"), [], FINETUNED, (FINETUNED,)),
+            (base, [], BASE, (BASE,))]
+
+
+def _start_server(p, serve_config, model, adapters, served_name, port):
+    """//serving:serve as a child process, once it answers and has written server.json."""
+    os.makedirs(p.logs, exist_ok=True)
+    record = p.path("serve", "server.json")
+    if os.path.exists(record):
+        os.remove(record)  # the record of this server, not of an earlier one
+    server = launcher.Server(
+        [*p.python, "-m", "serving.serve", f"--config={serve_config}", f"--model={model}",
+         *adapters, f"--served_model_name={served_name}", f"--port={port}",
+         f"--run_dir={p.path('serve')}"],
+        env=p.env, log_path=p.path("logs", "serve.log"), echo=False).start()
+    try:
+        server.wait_ready(f"http://127.0.0.1:{port}", SERVER_START_TIMEOUT_S)
+        # serving.serve writes its record once it has seen the server answer too.
+        _wait_for_file(record, server)
+    except launcher.ServerError as e:
+        server.stop()
+        raise StageFailed(f"the vLLM server did not start: {e}") from None
+    return server
 
 
 def _wait_for_file(path, server, timeout_s=120):

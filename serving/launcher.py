@@ -46,8 +46,9 @@ def serve_python(config):
     python = config.python or os.environ.get("G4_SERVE_PYTHON") or os.path.join(
         repo.source_root(), ".venvs", "serve", "bin", "python3")
     if not os.path.exists(python):
-        raise ServerError(f"no vLLM interpreter at {python}: run through ./bazelw (it builds "
-                          "the `serve` virtualenv) or set G4_SERVE_PYTHON")
+        raise ServerError(f"no vLLM interpreter at {python}: build the `serve` virtualenv "
+                          "with `python3 tools/venvs.py serve` (./bazelw does, before tests "
+                          "and offline runs) or set G4_SERVE_PYTHON")
     return python
 
 
@@ -62,15 +63,30 @@ def command(config, model, adapters, host, port, served_model_name=None):
     if config.runtime == "docker":
         if not config.image:
             raise server_config.ConfigError("runtime docker needs config.image")
-        mounts = []
-        for path in [model, *adapters.values()]:
-            if os.path.isdir(path):
-                mounts += ["-v", f"{os.path.abspath(path)}:{os.path.abspath(path)}:ro"]
-        device = ["--privileged"] if config.machine.startswith("tpu") else ["--gpus", "all"]
-        envs = [item for k, v in env.items() for item in ("-e", f"{k}={v}")]
-        return ["docker", "run", "--rm", "--net=host", "--shm-size=16g", *device, *mounts,
-                *envs, "-e", "HF_TOKEN", config.image, "vllm", "serve", *args], {}
+        return docker_command(config, model, adapters, args, env), {}
     raise server_config.ConfigError(f"unknown runtime {config.runtime!r} (venv, docker or image)")
+
+
+def docker_command(config, model, adapters, args, env):
+    """`docker run` of config.image: host network, the accelerators, the model and
+    adapter directories read-only at their own paths, the host's Hugging Face
+    cache (config.hf_cache, created if missing) as the container's HF_HOME, and
+    HF_TOKEN passed by name (its value never appears in the command); then
+    config.image_command (what the image's ENTRYPOINT needs to start `vllm
+    serve`, server_config.IMAGE_COMMANDS) and vLLM's arguments."""
+    mounts = []
+    for path in [model, *adapters.values()]:
+        if os.path.isdir(path):
+            mounts += ["-v", f"{os.path.abspath(path)}:{os.path.abspath(path)}:ro"]
+    if config.hf_cache:
+        cache = os.path.abspath(os.path.expanduser(config.hf_cache))
+        os.makedirs(cache, exist_ok=True)
+        mounts += ["-v", f"{cache}:{server_config.CONTAINER_HF_HOME}"]
+        env = {**env, "HF_HOME": server_config.CONTAINER_HF_HOME}
+    device = ["--privileged"] if config.machine.startswith("tpu") else ["--gpus", "all"]
+    envs = [item for k, v in env.items() for item in ("-e", f"{k}={v}")]
+    return ["docker", "run", "--rm", "--net=host", "--shm-size=16g", *device, *mounts,
+            *envs, "-e", "HF_TOKEN", config.image, *config.image_command, *args]
 
 
 def vllm_env(extra=None):

@@ -56,17 +56,58 @@ class CommandTest(absltest.TestCase):
         argv, env = launcher.command(config, tmp, {}, "127.0.0.1", 9)
         self.assertEqual(argv[:3], [sys.executable, "-m", "vllm.entrypoints.openai.api_server"])
         self.assertEqual(env["VLLM_CPU_KVCACHE_SPACE"], "1")
-        argv, _ = launcher.command(v6e8.get_config(), tmp, {}, "0.0.0.0", 8000)
-        self.assertEqual(argv[:2], ["docker", "run"])
-        self.assertIn(f"{tmp}:{tmp}:ro", argv)  # the fine-tuned model is mounted, not just ids
-        self.assertIn("--privileged", argv)
-        self.assertEqual(argv[argv.index(v6e8.get_config().image) + 1:][:2], ["vllm", "serve"])
         config.runtime = "image"  # inside the serving image: vLLM beside this program
         argv, _ = launcher.command(config, tmp, {}, "0.0.0.0", 8000)
         self.assertEqual(argv[:3], [sys.executable, "-m", "vllm.entrypoints.openai.api_server"])
         config.runtime = "podman"
         with self.assertRaisesRegex(server_config.ConfigError, "unknown runtime"):
             launcher.command(config, tmp, {}, "h", 1)
+
+    def test_docker_command_of_each_machine_config(self):
+        """The whole `docker run` line per machine config, pinned. What follows the
+        image depends on the image's ENTRYPOINT (server_config.IMAGE_COMMANDS, read
+        from the Dockerfiles named there): vllm/vllm-tpu's /entrypoint.sh runs its
+        arguments, vllm/vllm-openai's entrypoint is already `vllm serve`."""
+        tmp = self.create_tempdir().full_path
+        model, cache = os.path.join(tmp, "merged"), os.path.join(tmp, "hf")
+        os.makedirs(model)
+        common = ["--host", "0.0.0.0", "--port", "8000"]
+        expected = {
+            v6e8: ["--privileged", "-v", f"{model}:{model}:ro",
+                   "-v", f"{cache}:/root/.cache/huggingface",
+                   "-e", "HF_HOME=/root/.cache/huggingface", "-e", "HF_TOKEN",
+                   server_config.IMAGES["tpu"], "vllm", "serve", "--model", model, *common,
+                   "--tensor-parallel-size", "8", "--max-model-len", "17408",
+                   "--dtype", "auto", "--kv-cache-dtype", "fp8_e5m2", "--seed", "0",
+                   "--enable-chunked-prefill", "--disable-chunked-mm-input"],
+            h100x2: ["--gpus", "all", "-v", f"{cache}:/root/.cache/huggingface",
+                     "-e", "HF_HOME=/root/.cache/huggingface", "-e", "HF_TOKEN",
+                     server_config.IMAGES["gpu"], "--model", "google/gemma-4-31B-it",
+                     *common, "--tensor-parallel-size", "2", "--max-model-len", "17408",
+                     "--dtype", "auto", "--kv-cache-dtype", "auto", "--seed", "0",
+                     "--enable-chunked-prefill", "--attention-backend", "TRITON_ATTN"],
+        }
+        for module, tail in expected.items():
+            config = module.get_config()
+            config.hf_cache = cache
+            served = model if module is v6e8 else "google/gemma-4-31B-it"
+            argv, env = launcher.command(config, served, {}, "0.0.0.0", 8000)
+            self.assertEqual(argv, ["docker", "run", "--rm", "--net=host", "--shm-size=16g",
+                                    *tail], module.__name__)
+            self.assertEqual(env, {})
+        self.assertTrue(os.path.isdir(cache))  # created for the mount
+        self.assertEqual(server_config.IMAGE_COMMANDS, {"tpu": ("vllm", "serve"), "gpu": ()})
+
+    def test_tpu_config_serves_the_merged_model_and_refuses_adapters(self):
+        tmp = self.create_tempdir().full_path
+        adapters = {"codev": _adapter(os.path.join(tmp, "a"), 8)}
+        with self.assertRaisesRegex(server_config.ConfigError,
+                                    r"tpu-v6e-8 serves no LoRA adapters \(vLLM's TPU backend "
+                                    r"runs Gemma 4 on its JAX path.*//conversion:export -- "
+                                    r"--run_dir=RUN --format=merged"):
+            launcher.command(v6e8.get_config(), tmp, adapters, "0.0.0.0", 8000)
+        args = server_config.vllm_args(h100x2.get_config(), "m", adapters, "h", 1)
+        self.assertIn("--enable-lora", args)
 
     def test_adapter_flags(self):
         tmp = self.create_tempdir().full_path

@@ -21,6 +21,25 @@ IMAGES = {
     "gpu": "vllm/vllm-openai@sha256:61fc8a896b0a4fbbbdc063bc4b0dbc25ce98e02b5050c24aeb7830ac02039b14",
 }
 
+# What follows the image on `docker run` so that it starts `vllm serve`, given
+# the ENTRYPOINT each image's Dockerfile sets (config field `image_command`):
+#   tpu: vllm-project/tpu-inference docker/Dockerfile (it builds vllm/vllm-tpu, by
+#        .buildkite/nightly_releases.yml; read at v0.27.0 and b8692ff01f):
+#        ENTRYPOINT ["/entrypoint.sh"], CMD []; docker/entrypoint.sh execs its
+#        arguments when it has any, so the command is named in full;
+#   gpu: vllm-project/vllm docker/Dockerfile at v0.28.0 (2cf0a6915ce5), target
+#        vllm-openai: ENTRYPOINT ["vllm", "serve"], so only vLLM's arguments follow.
+IMAGE_COMMANDS = {"tpu": ("vllm", "serve"), "gpu": ()}
+# Where the docker runtime mounts the host's Hugging Face cache (config field
+# `hf_cache`) in the container, and points HF_HOME: a Hub model is downloaded
+# once per host, not at every start.
+CONTAINER_HF_HOME = "/root/.cache/huggingface"
+
+# What to serve where a backend adds no LoRA adapters (config field `lora`): the
+# merged export, which conversion writes.
+MERGED_EXPORT = ("bazel run //conversion:export -- --run_dir=RUN --format=merged "
+                 "--output_dir=OUT, then --model=OUT/merged")
+
 
 def env(values):
     return config_dict.ConfigDict(values)
@@ -39,9 +58,17 @@ def base(*, machine, tensor_parallel_size, max_model_len):
     c.enable_chunked_prefill = True
     c.disable_chunked_mm_input = False
     c.attention_backend = ""
+    # Whether this backend serves LoRA adapters (--adapter); False: serve the
+    # merged export instead (MERGED_EXPORT).
+    c.lora = True
+    c.lora_note = ""  # why not, when lora is False
     c.max_lora_rank = 64
     c.max_loras = 4
     c.startup_timeout_s = 900
+    # docker runtime: what follows the image (IMAGE_COMMANDS) and the host folder
+    # mounted as the container's Hugging Face cache ("~" expands).
+    c.image_command = ()
+    c.hf_cache = "~/.cache/huggingface"
     c.env = env({})
     c.extra_args = ()
     c.sweep = config_dict.ConfigDict()
@@ -79,6 +106,10 @@ def vllm_args(config, model, adapters, host, port, served_model_name=None):
     if config.attention_backend:
         args += ["--attention-backend", config.attention_backend]
     if adapters:
+        if not config.lora:
+            raise ConfigError(
+                f"{config.machine} serves no LoRA adapters ({config.lora_note or 'lora=False'}"
+                f"); serve the merged model instead: {MERGED_EXPORT}")
         for name, path in adapters.items():
             rank = adapter.read_config(path)["r"]
             if rank > config.max_lora_rank:

@@ -6,6 +6,7 @@ drop out of `bazel test //...`. BUILD files are Starlark, read with `ast`.
 
 import ast
 import os
+import re
 
 from absl.testing import absltest
 
@@ -62,7 +63,43 @@ def unwired_tests(root):
     return sorted(missing)
 
 
+def tagged_tests(build_text, tag):
+    """The main files of the py_tests of a BUILD file, split by whether they carry `tag`."""
+    with_tag, without = set(), set()
+    for call in ast.walk(ast.parse(build_text)):
+        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "py_test":
+            args = {k.arg: k.value for k in call.keywords}
+            mains = py_test_mains(f"py_test(srcs = {ast.unparse(args['srcs'])}, "
+                                  f"name = {ast.unparse(args['name'])})")
+            (with_tag if tag in _string_list(args.get("tags")) else without).update(mains)
+    return with_tag, without
+
+
 class BuildGraphTest(absltest.TestCase):
+
+    def test_tests_that_run_bazel_4_are_left_out_of_online_mode(self):
+        """A test that starts Debian's Bazel 4.2.3 carries `bazel4_only`, which .bazelrc
+        filters out of `test` and clears again under --config=offline (./bazelw)."""
+        root = repo.source_root()
+        with open(os.path.join(root, ".bazelrc")) as f:
+            rc = [line.split() for line in f if line.strip() and not line.startswith("#")]
+        self.assertIn(["test", "--test_tag_filters=-bazel4_only"], rc)
+        self.assertIn(["test:offline", "--test_tag_filters="], rc)
+        found = []
+        for directory, dirs, files in os.walk(root):
+            dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not d.startswith("bazel-")]
+            if "BUILD.bazel" not in files:
+                continue
+            with open(os.path.join(directory, "BUILD.bazel")) as f:
+                tagged, untagged = tagged_tests(f.read(), "bazel4_only")
+            for main in tagged | untagged:
+                path = os.path.join(directory, main)
+                with open(path) as f:
+                    runs_bazel_4 = re.search(r'\[\s*"bazel-4"', f.read()) is not None
+                if runs_bazel_4 or main in tagged:
+                    found.append(os.path.relpath(path, root))
+                    self.assertEqual(runs_bazel_4, main in tagged, path)
+        self.assertIn("tests/image_test.py", found)
 
     def test_every_test_file_has_a_py_test(self):
         root = repo.source_root()

@@ -69,7 +69,9 @@ class ImageTest(absltest.TestCase):
         super().setUpClass()
         missing = [tool for tool in _TOOLS if not shutil.which(tool)]
         if missing:
-            raise AssertionError(f"{missing} not installed; ./bazelw installs them (apt)")
+            raise AssertionError(f"{', '.join(missing)} not installed: `./bazelw test` "
+                                 "installs them (Debian: bazel-bootstrap, docker-registry, "
+                                 "skopeo, umoci)")
         cls.root = repo.source_root()
         # Short paths: Bazel's server socket lives in its output base.
         cls.tmp = tempfile.mkdtemp(prefix="g4img-", dir="/tmp")
@@ -152,6 +154,10 @@ class ImageTest(absltest.TestCase):
                 check=True, capture_output=True, text=True).stdout
         self.assertEqual(inspect(f"{repository}:ci", "--format", "{{.Digest}}").strip(),
                          local.digest)
+        tags = json.loads(subprocess.run(
+            ["skopeo", "list-tags", "--tls-verify=false", f"docker://{repository}"],
+            check=True, capture_output=True, text=True).stdout)["Tags"]
+        self.assertEqual(tags, ["ci"])  # --tag=ci, and no `latest`
         remote = json.loads(inspect(f"{repository}@{local.digest}"))
         self.assertEqual(remote["Layers"], [l["digest"] for l in local.manifest["layers"]])
 

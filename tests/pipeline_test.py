@@ -15,6 +15,8 @@ import sys
 
 from absl.testing import absltest
 
+from report import pipeline as pipeline_lib
+
 ARGS = ("--train_args=--config.max_steps=2,--config.checkpoint_every_steps=2",
         "--problems=Prob001_zero,Prob005_notgate", "--eval_args=--n=1,--max_tokens=16",
         "--sample_problems=Prob001_mux4_8,Prob022_dff_srst",
@@ -28,6 +30,19 @@ def pipeline(workdir, *extra):
     return subprocess.run([sys.executable, "-m", "report.pipeline", f"--workdir={workdir}",
                            *ARGS, *extra], env=env, capture_output=True, text=True,
                           timeout=1800, check=False)
+
+
+class ServePlansTest(absltest.TestCase):
+
+    def test_a_backend_without_lora_serves_the_merged_export_then_the_base(self):
+        self.assertTrue(pipeline_lib.serves_adapters("cpu.py"))
+        self.assertTrue(pipeline_lib.serves_adapters("h100x2.py"))
+        self.assertFalse(pipeline_lib.serves_adapters("v6e8.py"))
+        finetuned, base = pipeline_lib.FINETUNED, pipeline_lib.BASE
+        self.assertEqual(pipeline_lib._serve_plans(True, "B", "E"), [
+            ("B", [f"--adapter={finetuned}=E/adapter"], base, (base, finetuned))])
+        self.assertEqual(pipeline_lib._serve_plans(False, "B", "E"), [
+            ("E/merged", [], finetuned, (finetuned,)), ("B", [], base, (base,))])
 
 
 class PipelineTest(absltest.TestCase):

@@ -50,6 +50,8 @@ def _kwargs(call, constants):
         value = keyword.value
         if isinstance(value, ast.Constant):
             out[keyword.arg] = value.value
+        elif isinstance(value, ast.List) and all(isinstance(e, ast.Constant) for e in value.elts):
+            out[keyword.arg] = [e.value for e in value.elts]
         elif isinstance(value, ast.Name) and value.id in constants:
             out[keyword.arg] = constants[value.id]
         else:
@@ -130,7 +132,8 @@ def pulled_images(text):
         if _call_name(call) == "pull":
             args = _kwargs(call, constants)
             images.append({"name": args.get("name"), "image": args.get("image"),
-                           "digest": args.get("digest"), "tag": tags.get(args.get("name"))})
+                           "digest": args.get("digest"), "tag": tags.get(args.get("name")),
+                           "platforms": args.get("platforms") or []})
     return images
 
 
@@ -142,9 +145,10 @@ def _strip_registry(image):
     return image
 
 
-def image_problems(module_text, workspace_text, pinned_references):
-    """Every pull names a tag; WORKSPACE's stand-ins and `pinned_references`
-    (IMAGE@DIGEST strings used outside Bazel) match the pulls."""
+def image_problems(module_text, workspace_text, pinned_references, bases_labels=()):
+    """Every pull names a tag and linux/amd64; WORKSPACE's stand-ins and
+    `pinned_references` (IMAGE@DIGEST strings used outside Bazel) match the pulls;
+    `bases_labels` ((image, label) of tools/oci/bases.bzl) use the amd64 repositories."""
     problems = []
     pulls = pulled_images(module_text)
     by_reference = {f"{_strip_registry(p['image'])}@{p['digest']}": p for p in pulls}
@@ -152,6 +156,11 @@ def image_problems(module_text, workspace_text, pinned_references):
         if not pull["tag"]:
             problems.append(f"MODULE.bazel: oci.pull({pull['name']}) has no tag in "
                             "BASE_IMAGE_TAGS (the tag its digest was taken from)")
+        # Without platforms, rules_oci refuses a digest that is an index; with them it
+        # takes an index or a single manifest, as @NAME_linux_amd64.
+        if "linux/amd64" not in pull["platforms"]:
+            problems.append(f"MODULE.bazel: oci.pull({pull['name']}) needs "
+                            'platforms = ["linux/amd64"] (the images run on amd64 hosts)')
     tree = ast.parse(workspace_text, filename="WORKSPACE")
     stand_ins = {}
     for call in (n for n in ast.walk(tree) if isinstance(n, ast.Call)):
@@ -159,17 +168,21 @@ def image_problems(module_text, workspace_text, pinned_references):
             args = _kwargs(call, {})
             stand_ins[args.get("name")] = args.get("image")
     for pull in pulls:
-        names = [pull["name"], pull["name"] + "_linux_amd64"]
-        found = [stand_ins[n] for n in names if n in stand_ins]
+        found = [stand_ins[n] for n in [pull["name"] + "_linux_amd64"] if n in stand_ins]
         reference = f"{_strip_registry(pull['image'])}@{pull['digest']}"
         if not found:
-            problems.append(f"WORKSPACE: no offline_base_image for {pull['name']}")
+            problems.append(f"WORKSPACE: no offline_base_image {pull['name']}_linux_amd64")
         elif _strip_registry(found[0]) != reference:
             problems.append(f"WORKSPACE: the stand-in for {pull['name']} names {found[0]}, "
                             f"MODULE.bazel pulls {reference}")
     for reference in pinned_references:
         if _strip_registry(reference) not in by_reference:
             problems.append(f"{reference}: not one of MODULE.bazel's pinned pulls")
+    for image, label in bases_labels:
+        pull = by_reference.get(_strip_registry(image))
+        if pull and label != f"@{pull['name']}_linux_amd64":
+            problems.append(f"tools/oci/bases.bzl: {image} is built on {label}, not on "
+                            f"@{pull['name']}_linux_amd64 (the platform's repository)")
     return problems
 
 
@@ -189,10 +202,10 @@ def all_problems(root):
 
 
 def bases_images(text):
-    """The `image` of every entry of tools/oci/bases.bzl's BASES."""
+    """(image, label) of every entry of tools/oci/bases.bzl's BASES."""
     tree = ast.parse(text, filename="bases.bzl")
     bases = _constants(tree).get("BASES", {})
-    return [base["image"] for base in bases.values()]
+    return [(base["image"], base["label"]) for base in bases.values()]
 
 
 def all_image_problems(root, pinned_references=()):
@@ -202,5 +215,6 @@ def all_image_problems(root, pinned_references=()):
     with open(os.path.join(root, "WORKSPACE")) as f:
         workspace_text = f.read()
     with open(os.path.join(root, "tools", "oci", "bases.bzl")) as f:
-        references = bases_images(f.read())
-    return image_problems(module_text, workspace_text, [*references, *pinned_references])
+        bases = bases_images(f.read())
+    return image_problems(module_text, workspace_text,
+                          [*(image for image, _ in bases), *pinned_references], bases)

@@ -64,12 +64,14 @@ class PinCheckerTest(absltest.TestCase):
         digest = "sha256:" + "0" * 64
         module = textwrap.dedent(f"""\
             BASE_IMAGE_TAGS = {{"b": "v1"}}
-            oci.pull(name = "b", image = "docker.io/x/y", digest = "{digest}", platforms = [])
+            oci.pull(name = "b", image = "docker.io/x/y", digest = "{digest}",
+                     platforms = ["linux/amd64"])
             """)
         workspace = f'offline_base_image(name = "b_linux_amd64", image = "x/y@{digest}")\n'
         self.assertEqual(pins.image_problems(module, workspace, [f"x/y@{digest}"]), [])
         self.assertEqual(pins.pulled_images(module), [
-            {"name": "b", "image": "docker.io/x/y", "digest": digest, "tag": "v1"}])
+            {"name": "b", "image": "docker.io/x/y", "digest": digest, "tag": "v1",
+             "platforms": ["linux/amd64"]}])
         untagged = module.replace('"b": "v1"', '"c": "v1"')
         self.assertIn("no tag", pins.image_problems(untagged, workspace, [])[0])
         self.assertIn("no offline_base_image", pins.image_problems(module, "", [])[0])
@@ -77,6 +79,13 @@ class PinCheckerTest(absltest.TestCase):
         self.assertIn("MODULE.bazel pulls x/y@", pins.image_problems(module, other, [])[0])
         self.assertIn("not one of MODULE.bazel's pinned pulls",
                       pins.image_problems(module, workspace, ["x/y:latest"])[0])
+        no_platform = module.replace('["linux/amd64"]', "[]")
+        self.assertIn('needs platforms = ["linux/amd64"]',
+                      pins.image_problems(no_platform, workspace, [])[0])
+        self.assertEqual(pins.image_problems(module, workspace, [],
+                                             [(f"x/y@{digest}", "@b_linux_amd64")]), [])
+        self.assertIn("not on @b_linux_amd64", pins.image_problems(
+            module, workspace, [], [(f"docker.io/x/y@{digest}", "@b")])[0])
 
     def test_bazelversion(self):
         self.assertEqual(pins.bazelversion_problems("8.4.2\n"), [])

@@ -12,4 +12,5 @@ def get_config():
     c.image = server_config.IMAGES["gpu"]
     c.attention_backend = "TRITON_ATTN"
     c.startup_timeout_s = 1200
+    c.image_command = server_config.IMAGE_COMMANDS["gpu"]
     return c

@@ -21,7 +21,7 @@ BASES = {
     },
     "vllm_tpu": {
         "image": "docker.io/vllm/vllm-tpu@sha256:19a1a0526476f902eb83e1057f3d8938f35b457dd7716a30e9ab4f7bee90d507",
-        "label": "@vllm_tpu",
+        "label": "@vllm_tpu_linux_amd64",
         "versions": {"vllm": "0.29.1rc1.dev468+g0b7f11a1e"},
     },
 }

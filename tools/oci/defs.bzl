@@ -8,7 +8,8 @@
 and sets the entrypoint (`python3 -m MODULE ARGS...`), PYTHONPATH and labels (the
 source commit, each lock's sha256, the base digest, the vLLM/JAX/torch versions).
 It defines the image `name` (an OCI layout) and `push_name`, which pushes it
-(`bazel run //serving:push_tpu_image -- --repository=HOST/PATH --tag=TAG`).
+(`bazel run //serving:push_tpu_image -- --repository=HOST/PATH --tag=TAG`: the
+digest, then each TAG given; no tag without --tag).
 
 Online, `oci_image` and `oci_push` are rules_oci's; offline (Bazel 4.2.3), the
 stand-ins in third_party/offline/rules_oci build the same layout with
@@ -178,9 +179,11 @@ def project_image(
         workdir = APP_DIR,
         labels = name + "_labels",
     )
+
+    # No remote_tags: rules_oci pushes them in addition to every --tag, so a
+    # default tag could not be replaced. A push without --tag is by digest only.
     oci_push(
         name = push_name,
         image = name,
         repository = repository,
-        remote_tags = ["latest"],
     )

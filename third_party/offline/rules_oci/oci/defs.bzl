@@ -6,7 +6,8 @@ Same names and attributes as the rules_oci subset the BUILD files use:
     tools/oci/ocibuild.py;
   * `oci_push(name, image, repository, remote_tags)` is an executable that copies
     the layout to a registry with skopeo, by digest first, then each tag
-    (`-- --repository=HOST/PATH --tag=TAG` override the defaults).
+    (`-- --repository=HOST/PATH` overrides the repository; each `--tag=TAG` is
+    pushed besides remote_tags, as rules_oci does).
 And one rule of its own, `oci_offline_base(name, image, digest)`: the local
 layout that stands in for a pulled base offline (one small layer naming the image
 it replaces), checked against its own pinned digest. Offline images exercise the

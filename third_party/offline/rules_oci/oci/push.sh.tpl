@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Pushes an OCI layout with skopeo: by digest first, then each tag.
+# Pushes an OCI layout with skopeo: by digest first, then each tag. As rules_oci's
+# push script (v2.2.7, oci/private/push.sh.tpl) does, the tags are those given
+# with --tag followed by the rule's remote_tags: a --tag adds, never replaces.
 #   bazel run //serving:push_tpu_image -- [--repository=HOST/PATH] [--tag=TAG ...]
 # TLS is verified except for a registry on localhost/127.0.0.1.
 set -euo pipefail
 
 repository="{{repository}}"
-default_tags=({{tags}})
+remote_tags=({{tags}})
 tags=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -17,7 +19,7 @@ while [[ $# -gt 0 ]]; do
   esac
   shift
 done
-[[ ${#tags[@]} -gt 0 ]] || tags=("${default_tags[@]}")
+tags+=(${remote_tags[@]+"${remote_tags[@]}"})
 
 # `bazel run` starts us in our runfiles tree; run directly, it lies next to us.
 runfiles="$0.runfiles/{{workspace}}"
@@ -36,7 +38,7 @@ esac
 
 echo "pushing $repository@$digest" >&2
 skopeo copy --quiet --preserve-digests ${tls[@]+"${tls[@]}"} "oci:$layout" "docker://$repository@$digest"
-for tag in "${tags[@]}"; do
+for tag in ${tags[@]+"${tags[@]}"}; do
   skopeo copy --quiet --preserve-digests ${tls[@]+"${tls[@]}"} "oci:$layout" "docker://$repository:$tag"
   echo "tagged $repository:$tag" >&2
 done

@@ -161,11 +161,31 @@ def ensure(name, base_python=sys.executable):
     return python
 
 
+def download_wheels(lock, dest):
+    """The wheels of `lock`, checked against its hashes, into `dest` (`pip wheel`:
+    a package published as an sdist only, e.g. promise, is built into one).
+
+    For runnable offline images (G4_OFFLINE_IMAGES=real): the offline pip hubs
+    (third_party/offline/repositories.bzl) list them as the images' wheels.
+    """
+    command = [sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps",
+               "--require-hashes", "--wheel-dir", dest, "-r", lock]
+    if not pip_find_links():
+        command += ["--extra-index-url", TORCH_CPU_INDEX]
+    # A machine-wide constraints file (pip config) must not veto a hashed lock.
+    subprocess.run(command, check=True, env={**os.environ, "PIP_CONSTRAINT": ""})
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("names", nargs="+", help="virtualenvs, e.g. train serve; `train@` "
+    parser.add_argument("names", nargs="*", help="virtualenvs, e.g. train serve; `train@` "
                         "names the training runtime of this machine's accelerator")
+    parser.add_argument("--wheels", nargs=2, metavar=("LOCK", "DEST"),
+                        help="download the wheels of LOCK into DEST instead")
     args = parser.parse_args(argv)
+    if args.wheels:
+        download_wheels(*args.wheels)
+        return
     for name in args.names:
         if name == "train@":
             name = TRAIN_VENVS[accelerator.detect()]

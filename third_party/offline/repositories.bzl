@@ -8,13 +8,32 @@ the lock files. Offline, the same labels are served by:
   * `lock_file_hub`: a `@pypi_*` repository with one (empty) py_library per
     package of a lock file and the `requirement()` macro, so that BUILD files
     can name their third-party dependencies in both modes, and a dependency
-    missing from the lock fails the build here too. It lists no wheels
-    (`all_whl_requirements` is empty): offline image layers carry the lock
+    missing from the lock fails the build here too. By default it lists no
+    wheels (`all_whl_requirements` is empty): offline image layers carry the lock
     files, not the packages;
   * `offline_base_image`: the repository an `oci.pull` creates online, holding a
     small local layout (`oci_offline_base`) that stands for the pulled base and
     is pinned by its own digest.
+
+With G4_OFFLINE_IMAGES=real (`--repo_env`, README "Images"), the images become
+runnable: each hub downloads its lock's wheels (tools/venvs.py --wheels: pip,
+every wheel checked against the lock's hashes) and lists them, and a base given
+`debian_lock` is the Python base made from pinned Debian packages
+(tools/oci/debian_base.py) instead of the stand-in.
 """
+
+REAL_IMAGES_ENV = "G4_OFFLINE_IMAGES"
+
+def _real_images(rctx):
+    return rctx.os.environ.get(REAL_IMAGES_ENV) == "real"
+
+def _run(rctx, what, command):
+    result = rctx.execute(command, timeout = 3600, quiet = False)
+    if result.return_code != 0:
+        fail("%s failed (%s):\n%s" % (what, " ".join([str(c) for c in command]), result.stderr))
+
+def _workspace_root(rctx):
+    return rctx.path(Label("//:WORKSPACE")).dirname
 
 def _normalize(name):
     # PEP 503 normalization, as rules_python does for hub target names.
@@ -39,6 +58,19 @@ def _lock_file_hub_impl(rctx):
     build = ['package(default_visibility = ["//visibility:public"])', ""]
     for pkg in packages:
         build.append('py_library(name = "%s")' % pkg)
+    wheels = {}
+    if _real_images(rctx):
+        _run(rctx, "downloading the wheels of %s" % rctx.attr.lock, [
+            rctx.which("python3"),
+            "%s/tools/venvs.py" % _workspace_root(rctx),
+            "--wheels",
+            rctx.path(rctx.attr.lock),
+            rctx.path("wheels"),
+        ])
+        for wheel in rctx.path("wheels").readdir():
+            pkg = _normalize(wheel.basename.split("-")[0])
+            wheels[pkg] = "@%s//:%s_whl" % (rctx.name, pkg)
+            build.append('filegroup(name = "%s_whl", srcs = ["wheels/%s"])' % (pkg, wheel.basename))
     rctx.file("BUILD.bazel", "\n".join(build) + "\n")
     rctx.file("requirements.bzl", """\
 _PACKAGES = {packages}
@@ -49,14 +81,20 @@ def requirement(name):
         fail("%s is not in {lock}; add it to the .in file and run tools/update_locks.py" % name)
     return "@{repo}//:" + key
 
-# Offline, no wheels are fetched (see third_party/offline/repositories.bzl).
-all_whl_requirements = []
-all_whl_requirements_by_package = {{}}
-""".format(packages = repr({p: True for p in packages}), lock = str(rctx.attr.lock), repo = rctx.name))
+# Offline, wheels only with G4_OFFLINE_IMAGES=real (third_party/offline/repositories.bzl).
+all_whl_requirements_by_package = {wheels}
+all_whl_requirements = all_whl_requirements_by_package.values()
+""".format(
+        packages = repr({p: True for p in packages}),
+        lock = str(rctx.attr.lock),
+        repo = rctx.name,
+        wheels = repr(wheels),
+    ))
 
 lock_file_hub = repository_rule(
     implementation = _lock_file_hub_impl,
     attrs = {"lock": attr.label(mandatory = True, allow_single_file = True)},
+    environ = [REAL_IMAGES_ENV],
 )
 
 def _venv_python_toolchain_impl(rctx):
@@ -105,6 +143,36 @@ venv_python_toolchain = repository_rule(
 
 def _offline_base_image_impl(rctx):
     rctx.file("WORKSPACE", 'workspace(name = "%s")\n' % rctx.name)
+    if rctx.attr.debian_lock and _real_images(rctx):
+        script = "%s/tools/oci/debian_base.py" % _workspace_root(rctx)
+        python = rctx.which("python3")
+        _run(
+            rctx,
+            "downloading the Debian packages of the Python base",
+            [python, script, "fetch", rctx.path("debs")],
+        )
+        _run(rctx, "building the Python base layer", [
+            python,
+            script,
+            "layer",
+            "--debs",
+            rctx.path("debs"),
+            "--lock",
+            rctx.path(rctx.attr.debian_lock),
+            "--out",
+            rctx.path("base.tar.gz"),
+        ])
+        rctx.file("BUILD.bazel", """\
+load("@rules_oci//oci:defs.bzl", "oci_offline_base")
+
+oci_offline_base(
+    name = "{name}",
+    image = "{image}",
+    layers = ["base.tar.gz"],
+    visibility = ["//visibility:public"],
+)
+""".format(name = rctx.name, image = "debian:bookworm python3.11 (%s)" % rctx.attr.debian_lock))
+        return
     rctx.file("BUILD.bazel", """\
 load("@rules_oci//oci:defs.bzl", "oci_offline_base")
 
@@ -122,5 +190,10 @@ offline_base_image = repository_rule(
     attrs = {
         "image": attr.string(mandatory = True, doc = "The pulled image, IMAGE@sha256:..."),
         "digest": attr.string(mandatory = True, doc = "The stand-in layout's own digest."),
+        "debian_lock": attr.label(
+            allow_single_file = True,
+            doc = "With G4_OFFLINE_IMAGES=real: the base is made from these Debian packages.",
+        ),
     },
+    environ = [REAL_IMAGES_ENV],
 )

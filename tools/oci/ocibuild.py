@@ -53,7 +53,7 @@ def sha256_digest(data):
 
 # ----------------------------------------------------------------------------- layers
 
-def _normalize(path):
+def normalize(path):
     """A path inside the image -> its tar name (no leading /; `..` stops at the root)."""
     clean = posixpath.normpath("/" + path).lstrip("/")
     if not clean:
@@ -66,13 +66,21 @@ def _file_mode(executable):
 
 
 class Layer:
-    """The files of one layer: image path -> (bytes, executable)."""
+    """The files of one layer: image path -> (bytes, executable); symbolic links:
+    image path -> target."""
 
     def __init__(self):
         self.files = {}
+        self.links = {}
+
+    def add_link(self, path, target):
+        name = normalize(path)
+        if self.links.get(name, target) != target:
+            raise BuildError(f"{path}: two different link targets in the layer")
+        self.links[name] = target
 
     def add(self, path, data, executable=False):
-        name = _normalize(path)
+        name = normalize(path)
         if name in self.files and self.files[name][0] != data:
             raise BuildError(f"{path}: two different files for one path in the layer")
         self.files[name] = (data, executable)
@@ -117,14 +125,14 @@ class Layer:
 
     def tar_bytes(self):
         """The uncompressed tar: parents first, every entry normalised."""
-        names = set(self.files)
+        names = set(self.files) | set(self.links)
         directories = set()
         for name in names:
             parent = posixpath.dirname(name)
             while parent:
                 directories.add(parent)
                 parent = posixpath.dirname(parent)
-        clashes = sorted(directories & names)
+        clashes = sorted((directories & names) | (set(self.files) & set(self.links)))
         if clashes:
             raise BuildError(f"{clashes[0]}: both a file and a directory in the layer")
         out = io.BytesIO()
@@ -137,6 +145,11 @@ class Layer:
                 if name in directories:
                     info.type = tarfile.DIRTYPE
                     info.mode = 0o755
+                    tar.addfile(info)
+                elif name in self.links:
+                    info.type = tarfile.SYMTYPE
+                    info.linkname = self.links[name]
+                    info.mode = 0o777
                     tar.addfile(info)
                 else:
                     data, executable = self.files[name]
@@ -178,6 +191,10 @@ def build_layer(out, file_lists=(), wheels=(), site_packages="", bin_dir="", dat
             raise BuildError("--wheel needs --site_packages")
         layer.add_wheel(wheel, site_packages, bin_dir or posixpath.join(site_packages, "../bin"),
                         data_dir or posixpath.dirname(site_packages))
+    write_layer(out, layer)
+
+
+def write_layer(out, layer):
     _write_atomic(out, gzip_bytes(layer.tar_bytes()))
 
 

@@ -83,7 +83,7 @@ class LayerTest(absltest.TestCase):
                 ocibuild.build_layer(out, [self._listing("l", pairs)])
         self.assertFalse(os.path.exists(out))
         # Paths are absolute inside the image: `..` cannot climb out of its root.
-        self.assertEqual(ocibuild._normalize("../../etc/passwd"), "etc/passwd")
+        self.assertEqual(ocibuild.normalize("../../etc/passwd"), "etc/passwd")
         bad = os.path.join(self.tmp, "bad")
         with open(bad, "w") as f:
             f.write("no tab here\n")

@@ -82,6 +82,9 @@ oci_image = rule(
 )
 
 def _oci_offline_base_impl(ctx):
+    env = ["--env", "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"]
+    if ctx.files.layers:  # a real base (G4_OFFLINE_IMAGES=real), pinned by its inputs
+        return _build(ctx, ctx.files.layers, None, None, None, env)
     note = ctx.actions.declare_file(ctx.label.name + ".note")
     ctx.actions.write(note, "Offline stand-in for %s: for testing the build, not for running.\n" %
                             ctx.attr.image)
@@ -95,16 +98,14 @@ def _oci_offline_base_impl(ctx):
         outputs = [layer],
         mnemonic = "OciBaseLayer",
     )
-    return _build(ctx, [layer], None, None, ctx.attr.digest, [
-        "--env",
-        "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-    ])
+    return _build(ctx, [layer], None, None, ctx.attr.digest, env)
 
 oci_offline_base = rule(
     implementation = _oci_offline_base_impl,
     attrs = {
         "image": attr.string(mandatory = True, doc = "The pulled image it stands for."),
-        "digest": attr.string(mandatory = True, doc = "This layout's own pinned digest."),
+        "digest": attr.string(doc = "This layout's own pinned digest (the stand-in's)."),
+        "layers": attr.label_list(allow_files = [".tar.gz"], doc = "A real base's layers."),
         "_ocibuild": attr.label(default = _OCIBUILD, executable = True, cfg = "exec"),
     },
 )

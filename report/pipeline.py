@@ -164,11 +164,10 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
     plans = [(None, [], None, (BASE, FINETUNED))] if base_url else _serve_plans(
         serves_adapters(serve_config), _base_model(tpu), export)
     for model, adapters, served_name, names in plans:
-        pending = [name for name, done in (("bench", bench_done),
-                                           ("eval", lambda n=names: evals_done(n)))
-                   if name in stages and not done() and (name == "eval" or FINETUNED in names)]
+        needed = (("eval" in stages and not evals_done(names))
+                  or ("bench" in stages and FINETUNED in names and not bench_done()))
         server = None
-        if pending and model is not None:
+        if needed and model is not None:
             port = launcher.free_port()
             base_url = f"http://127.0.0.1:{port}"
             say(f"starting vLLM with {model} as {', '.join(map(repr, names))}; a few minutes "

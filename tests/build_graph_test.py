@@ -22,21 +22,25 @@ def _string_list(node):
     return []
 
 
-def py_test_mains(build_text):
-    """The main file of each py_test in a BUILD file: `main`, or `name`.py."""
-    mains = set()
+def py_tests(build_text):
+    """(main file, tags) of each py_test in a BUILD file: the main is `main`, or
+    the one src, or `name`.py."""
     for call in ast.walk(ast.parse(build_text)):
         if not (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
                 and call.func.id == "py_test"):
             continue
         args = {k.arg: k.value for k in call.keywords}
-        name = args["name"].value if "name" in args else None
         if "main" in args:
-            mains.add(args["main"].value)
+            main = args["main"].value
         else:
             srcs = _string_list(args.get("srcs"))
-            mains.add(srcs[0] if len(srcs) == 1 else f"{name}.py")
-    return mains
+            main = srcs[0] if len(srcs) == 1 else f"{args['name'].value}.py"
+        yield main, _string_list(args.get("tags"))
+
+
+def py_test_mains(build_text):
+    """The main file of each py_test in a BUILD file."""
+    return {main for main, _ in py_tests(build_text)}
 
 
 def unwired_tests(root):
@@ -63,18 +67,6 @@ def unwired_tests(root):
     return sorted(missing)
 
 
-def tagged_tests(build_text, tag):
-    """The main files of the py_tests of a BUILD file, split by whether they carry `tag`."""
-    with_tag, without = set(), set()
-    for call in ast.walk(ast.parse(build_text)):
-        if isinstance(call, ast.Call) and getattr(call.func, "id", None) == "py_test":
-            args = {k.arg: k.value for k in call.keywords}
-            mains = py_test_mains(f"py_test(srcs = {ast.unparse(args['srcs'])}, "
-                                  f"name = {ast.unparse(args['name'])})")
-            (with_tag if tag in _string_list(args.get("tags")) else without).update(mains)
-    return with_tag, without
-
-
 class BuildGraphTest(absltest.TestCase):
 
     def test_tests_that_run_bazel_4_are_left_out_of_online_mode(self):
@@ -91,14 +83,14 @@ class BuildGraphTest(absltest.TestCase):
             if "BUILD.bazel" not in files:
                 continue
             with open(os.path.join(directory, "BUILD.bazel")) as f:
-                tagged, untagged = tagged_tests(f.read(), "bazel4_only")
-            for main in tagged | untagged:
+                tests = list(py_tests(f.read()))
+            for main, tags in tests:
                 path = os.path.join(directory, main)
                 with open(path) as f:
                     runs_bazel_4 = re.search(r'\[\s*"bazel-4"', f.read()) is not None
-                if runs_bazel_4 or main in tagged:
+                if runs_bazel_4 or "bazel4_only" in tags:
                     found.append(os.path.relpath(path, root))
-                    self.assertEqual(runs_bazel_4, main in tagged, path)
+                    self.assertEqual(runs_bazel_4, "bazel4_only" in tags, path)
         self.assertIn("tests/image_test.py", found)
 
     def test_every_test_file_has_a_py_test(self):

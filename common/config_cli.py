@@ -21,6 +21,8 @@ from absl import flags
 from ml_collections import config_dict
 from ml_collections import config_flags
 
+from common import storage
+
 CONFIGS_DIRNAME = "configs"
 DEFAULT_CONFIG = "cpu.py"
 RESOLVED_CONFIG_FILENAME = "config.json"
@@ -32,9 +34,12 @@ def user_working_dir():
 
 
 def user_path(path):
-    """An absolute path for a path the user typed (flags such as --workdir)."""
+    """An absolute path for a path the user typed (flags such as --workdir); a
+    gs:// URL stays a URL (common/storage.py reads and writes both)."""
     if not path:
         return path
+    if storage.is_url(path):
+        return storage.check_url(path)
     return os.path.abspath(os.path.join(user_working_dir(), os.path.expanduser(path)))
 
 
@@ -129,20 +134,17 @@ def define_config_flag(binary_file, default=DEFAULT_CONFIG, name="config",
 
 
 def write_resolved_config(config, out_dir):
-    """Writes `config.json` (the config after overrides) into `out_dir`."""
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, RESOLVED_CONFIG_FILENAME)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(json.loads(config.to_json_best_effort()), f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+    """Writes `config.json` (the config after overrides) into `out_dir` (a folder
+    or a gs:// URL)."""
+    storage.makedirs(out_dir)
+    path = storage.join(out_dir, RESOLVED_CONFIG_FILENAME)
+    storage.write_json(path, json.loads(config.to_json_best_effort()))
     return path
 
 
 def read_resolved_config(run_dir):
     """The config a run recorded, as a locked ConfigDict."""
-    with open(os.path.join(run_dir, RESOLVED_CONFIG_FILENAME)) as f:
-        config = config_dict.ConfigDict(json.load(f))
+    config = config_dict.ConfigDict(
+        storage.read_json(storage.join(run_dir, RESOLVED_CONFIG_FILENAME)))
     config.lock()
     return config

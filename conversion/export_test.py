@@ -12,10 +12,11 @@ from safetensors.numpy import load_file
 from training.tpu import testing as tpu_testing  # 8 CPU devices first
 # pylint: disable=wrong-import-order
 from common import cli
+from common import gcs_emulator
+from common import storage
 from conversion import exporting
 from conversion import import_adapter
 from conversion import merge
-from conversion import outputs
 from conversion import testing
 from conversion import verify
 from training.common import run_dir as run_dir_lib
@@ -63,6 +64,32 @@ class ExportTest(parameterized.TestCase):
         self.assertLess(max(differences.values()), 1e-4, differences)
         # The LoRA is far from zero: the base alone disagrees visibly.
         self.assertGreater(effect, 1e-2)
+
+    def test_a_run_in_a_bucket_exports_into_a_bucket(self):
+        directory = self.create_tempdir().full_path
+        run, _, _, _, _ = make_run(directory)
+        want = exporting.export(run, os.path.join(directory, "local"), progress=False)
+        with gcs_emulator.running("bkt"):
+            os.environ[storage.CACHE_ENV] = os.path.join(directory, "cache")
+            storage.push(run, "gs://bkt/run")
+            # Orbax marks a finished step on GCS with this object (it renames locally).
+            storage.write_bytes("gs://bkt/run/checkpoints/10/commit_success.txt", b"")
+            written = exporting.export("gs://bkt/run", "gs://bkt/export", progress=False)
+            self.assertEqual(written, {"adapter": "gs://bkt/export/adapter",
+                                       "merged": "gs://bkt/export/merged"})
+            got = storage.fetch("gs://bkt/export", require_complete=True)
+        for kind in ("adapter", "merged"):
+            local = os.path.join(got, kind)
+            self.assertEqual(storage.read_json(os.path.join(local, "provenance.json"))["run_dir"],
+                             "gs://bkt/run")
+            names = sorted(f for f in os.listdir(want[kind]) if f.endswith(".safetensors"))
+            self.assertNotEmpty(names)
+            for name in names:
+                expected = load_file(os.path.join(want[kind], name))
+                actual = load_file(os.path.join(local, name))
+                self.assertEqual(sorted(actual), sorted(expected))
+                for tensor in expected:
+                    np.testing.assert_array_equal(actual[tensor], expected[tensor])
 
     def test_verify_at_scale_settings(self):
         # bfloat16 on a 2 x 4 mesh: within the bfloat16 tolerance, and a wrong export
@@ -177,7 +204,7 @@ class ExportTest(parameterized.TestCase):
         self.assertFalse(os.path.exists(out))
         self.assertEqual([n for n in os.listdir(directory) if n.startswith(".out")], [])
         exporting.export(run, out, "peft", progress=False)
-        with self.assertRaises(outputs.OutputExists):
+        with self.assertRaises(storage.OutputExists):
             exporting.export(run, out, "peft", progress=False)
         exporting.export(run, out, "merged", overwrite=True, progress=False)
         self.assertTrue(os.path.exists(os.path.join(out, "config.json")))

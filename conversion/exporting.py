@@ -6,8 +6,8 @@ See conversion/export.py for what is written where.
 import os
 
 from common import config_cli
+from common import storage
 from conversion import merge as merge_lib
-from conversion import outputs
 from training.common import run_dir as run_dir_lib
 from training.formats import adapter
 from training.formats import base_model as base_model_lib
@@ -16,9 +16,17 @@ from training.formats import lora_map
 from training.formats import orbax_lora
 
 
+ORBAX_COMMITTED = "commit_success.txt"  # Orbax's marker of a finished step on GCS
+
+
 def checkpoint_dir(run_dir, step=None):
-    root = os.path.join(run_dir, run_dir_lib.CHECKPOINTS)
-    steps = sorted(int(d) for d in os.listdir(root) if d.isdigit()) if os.path.isdir(root) else []
+    """(step, its folder) of the newest checkpoint, or of `step`; on GCS only those
+    Orbax finished (committed) count."""
+    root = storage.join(run_dir, run_dir_lib.CHECKPOINTS)
+    steps = sorted(int(d) for d in storage.listdir(root) if d.isdigit())
+    if storage.is_url(run_dir):
+        steps = [s for s in steps
+                 if storage.exists(storage.join(root, str(s), ORBAX_COMMITTED))]
     if not steps:
         raise run_dir_lib.RunDirError(f"{run_dir} has no checkpoint")
     if step is None:
@@ -26,7 +34,23 @@ def checkpoint_dir(run_dir, step=None):
     if step not in steps:
         raise run_dir_lib.RunDirError(f"{run_dir} has no checkpoint at step {step}; "
                                       f"it has {steps}")
-    return step, os.path.join(root, str(step))
+    return step, storage.join(root, str(step))
+
+
+def local_run(run_dir, step):
+    """A run directory export can read: a gs:// run's config, run.json, tiny base
+    and checkpoint `step` copied to the local cache (a local run as it is)."""
+    return storage.fetch(run_dir, only=[
+        run_dir_lib.CONFIG, run_dir_lib.RUN_INFO, base_model_lib.TINY_DIR,
+        f"{run_dir_lib.CHECKPOINTS}/{step}/lora"])
+
+
+def recorded_base(info):
+    """The base a run recorded: its directory where it still exists here, else
+    the name it was given (the tiny base, a Hub id or a gs:// URL)."""
+    if os.path.isdir(info["base_model"]):
+        return info["base_model"]
+    return info.get("model_name") or info["base_model"]
 
 
 def layer_prefix(base_dir):
@@ -40,8 +64,10 @@ def export(run_dir, output_dir, fmt="both", step=None, base_model=None, overwrit
     """Returns the paths written: {"adapter": ..., "merged": ...}."""
     info = run_dir_lib.read_run_info(run_dir)
     config = config_cli.read_resolved_config(run_dir)
-    step, step_dir = checkpoint_dir(run_dir, step)
-    base_dir = base_model_lib.resolve(base_model or info["base_model"], run_dir)
+    step, _ = checkpoint_dir(run_dir, step)
+    local = local_run(run_dir, step)
+    step_dir = os.path.join(local, run_dir_lib.CHECKPOINTS, str(step))
+    base_dir = base_model_lib.resolve(base_model or recorded_base(info), local)
     dims = gemma4_map.Dims.from_hf_config(base_model_lib.read_config(base_dir))
     qwix = orbax_lora.read(step_dir)
     rank, alpha = config.lora.rank, float(config.lora.alpha)
@@ -59,11 +85,11 @@ def export(run_dir, output_dir, fmt="both", step=None, base_model=None, overwrit
     hub_id = name.count("/") == 1 and not os.path.exists(name) and name != base_dir
     versions = run_dir_lib.package_versions(
         ("orbax-checkpoint", "safetensors", "torch", "peft", "transformers"))
-    provenance = {"run_dir": os.path.abspath(run_dir), "step": step, "config": config.to_dict(),
+    provenance = {"run_dir": run_dir, "step": step, "config": config.to_dict(),
                   "base_model": name if hub_id else base_dir, "base_dir": base_dir,
                   "base_fingerprint": merge_lib.fingerprint(base_dir), "versions": versions}
     written = {}
-    with outputs.atomic_dir(output_dir, overwrite) as tmp:
+    with storage.output_dir(output_dir, overwrite) as tmp:
         targets = {"peft": ["adapter"], "merged": ["merged"],
                    "both": ["adapter", "merged"]}[fmt]
         for kind in targets:
@@ -83,8 +109,7 @@ def export(run_dir, output_dir, fmt="both", step=None, base_model=None, overwrit
                 merge_lib.merge(base_dir, out, peft_factors, alpha, bar)
                 if bar is not None:
                     bar.close()
-            run_dir_lib.write_json(os.path.join(out, "provenance.json"),
+            storage.write_json(os.path.join(out, "provenance.json"),
                                    {**provenance, "format": kind})
-            written[kind] = (os.path.abspath(output_dir) if len(targets) == 1
-                             else os.path.join(os.path.abspath(output_dir), kind))
+            written[kind] = output_dir if len(targets) == 1 else storage.join(output_dir, kind)
     return written

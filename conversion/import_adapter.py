@@ -20,7 +20,7 @@ from absl import logging as absl_logging
 
 from common import cli
 from common import config_cli
-from conversion import outputs
+from common import storage
 from training.common import run_dir as run_dir_lib
 from training.formats import adapter
 from training.formats import base_model
@@ -41,9 +41,9 @@ def import_adapter(adapter_dir, base, output_dir, overwrite=False):
                                   os.path.dirname(os.path.abspath(output_dir)))
     dims = gemma4_map.Dims.from_hf_config(base_model.read_config(base_dir))
     qwix = lora_map.peft_to_qwix(dims, factors)
-    with outputs.atomic_dir(output_dir, overwrite) as tmp:
+    with storage.output_dir(output_dir, overwrite) as tmp:
         orbax_lora.write(tmp, qwix)
-        run_dir_lib.write_json(os.path.join(tmp, "adapter.json"), {
+        storage.write_json(os.path.join(tmp, "adapter.json"), {
             "rank": config["r"], "alpha": config["lora_alpha"],
             "target_modules": lora_map.target_modules_of(factors),
             "base_model": base_dir, "adapter": os.path.abspath(adapter_dir)})

@@ -18,6 +18,7 @@ import os
 import re
 
 from common import cli
+from common import storage
 
 FIELDS = ("system", "prompt", "response")
 SAMPLE = "sample"
@@ -120,9 +121,12 @@ def _read_parquet(path, max_rows):
 
 
 def resolve_source(source, data_file):
-    """A local path for `source`: `sample`, a file, or a Hub data set id."""
+    """A local path for `source`: `sample`, a file, a gs:// URL of one (copied to
+    the local cache), or a Hub data set id."""
     if source == SAMPLE:
         return SAMPLE_PATH
+    if storage.is_url(source):
+        return storage.fetch_file(source)
     if os.path.exists(source):
         return source
     if source.count("/") == 1 and not source.startswith((".", "/")):
@@ -131,7 +135,7 @@ def resolve_source(source, data_file):
             return hf_hub_download(repo_id=source, filename=data_file, repo_type="dataset")
         except Exception as e:  # network, auth and missing-file errors alike
             raise DataError(f"cannot fetch {data_file} from Hub data set {source}: {e}") from e
-    raise DataError(f"data source {source!r} is neither a file, nor 'sample', "
+    raise DataError(f"data source {source!r} is neither a file, a gs:// URL, nor 'sample', "
                     "nor a Hub data set id like owner/name")
 
 

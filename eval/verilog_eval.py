@@ -30,6 +30,7 @@ from absl import logging
 
 from common import cli
 from common import config_cli
+from common import storage
 from eval import completions
 from eval import judge as judge_lib
 from eval import problems as problems_lib
@@ -150,12 +151,23 @@ def run(config):
     if config.n < 1:
         raise app.UsageError("--n must be at least 1")
     protocols.check(config.protocol, config.shots)
-    out_dir = config_cli.user_path(config.out_dir)
-    config.out_dir = out_dir
+    where = config_cli.user_path(config.out_dir)
+    config.out_dir = where
+    storage.probe(where)
+    # A gs:// --out_dir is worked on in a local mirror: pulled first (a rerun
+    # resumes from the samples there), pushed at the end, also after a failure.
+    mirror = storage.Mirror(where, clear=True)
+    mirror.pull()
+    try:
+        return _run(config, mirror.local, where)
+    finally:
+        mirror.push()
+
+
+def _run(config, out_dir, where):
     config.dataset_dir = (config_cli.user_path(config.dataset_dir) or
                           problems_lib.default_dataset_dir())
     only = problems_lib.parse_id_list(config.problems)
-    os.makedirs(out_dir, exist_ok=True)
     # Fail on a missing iverilog or sandbox before asking a server for anything.
     judge = judge_lib.from_config(config, config_cli.user_path(config.scratch_dir) or None)
     if config.samples:
@@ -186,7 +198,7 @@ def run(config):
         "protocol": config.protocol,
         "sampling": {field: config.get(field) for field in SAMPLING_FIELDS},
         "dataset_dir": config.dataset_dir,
-        "samples_file": config.samples or os.path.join(out_dir, SAMPLES_FILE),
+        "samples_file": config.samples or storage.join(where, SAMPLES_FILE),
     })
     scoring.write(out_dir, results, summary)
     return summary

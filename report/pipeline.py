@@ -37,6 +37,7 @@ from absl import flags
 from common import cli
 from common import config_cli
 from common import jsonl
+from common import storage
 from serving import launcher
 
 STAGES = ("tpu_sft", "gpu_sft", "export", "bench", "eval", "report")
@@ -72,8 +73,10 @@ class StageFailed(cli.UserError):
 class Pipeline:
     """Runs the stages, each once its inputs exist and unless its outputs do."""
 
-    def __init__(self, workdir):
+    def __init__(self, workdir, sync=lambda: None):
+        """`sync()` runs after each stage: it uploads a gs:// pipeline's local mirror."""
         self.workdir = workdir
+        self.sync = sync
         self.logs = os.path.join(workdir, "logs")
         self.python = [sys.executable]
         self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
@@ -116,7 +119,10 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
             return
         say(f"{number} {name_shown} ... (log: {os.path.join(p.logs, name + '.log')})")
         started = time.time()
-        body()
+        try:
+            body()
+        finally:
+            p.sync()
         status[name] = "ran"
         say(f"{number} {name_shown}: done in {time.time() - started:.0f} s")
 
@@ -258,14 +264,19 @@ def main(argv):
     if unknown:
         raise app.UsageError(f"unknown stages {unknown}; stages are {', '.join(STAGES)}")
     workdir = config_cli.user_path(_WORKDIR.value)
+    storage.probe(workdir)
+    # A gs:// --workdir is worked on in a local mirror: pulled first (stages whose
+    # outputs are in the bucket are skipped), pushed after every stage.
+    mirror = storage.Mirror(workdir, clear=True)
+    mirror.pull()
     started = time.time()
     status = run_stages(
-        Pipeline(workdir), set(_STAGES.value), tpu_config=_TPU_CONFIG.value,
+        Pipeline(mirror.local, sync=mirror.push), set(_STAGES.value), tpu_config=_TPU_CONFIG.value,
         gpu_config=_GPU_CONFIG.value, serve_config=_SERVE_CONFIG.value,
         base_url=_BASE_URL.value, train_args=_TRAIN_ARGS.value, problems=_PROBLEMS.value,
         sample_problems=_SAMPLE_PROBLEMS.value, eval_args=_EVAL_ARGS.value, sweep=_SWEEP.value)
     print(f"pipeline finished in {time.time() - started:.0f} s ({status}); report: "
-          f"{os.path.join(workdir, 'report', 'report.html')}")
+          f"{storage.join(workdir, 'report', 'report.html')}")
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from absl import flags
 
 from common import cli
 from common import config_cli
+from common import storage
 from report import comparison
 from report import runs as runs_lib
 
@@ -234,6 +235,15 @@ def plot(report, runs, out_dir):
 
 
 def write(report, runs, out_dir):
+    """Writes the report into `out_dir`; a gs:// one is written locally, then uploaded."""
+    mirror = storage.Mirror(out_dir, clear=True)
+    written = [storage.join(out_dir, os.path.relpath(path, mirror.local))
+               for path in _write_local(report, runs, mirror.local)]
+    mirror.push()
+    return written
+
+
+def _write_local(report, runs, out_dir):
     os.makedirs(out_dir, exist_ok=True)
     plots = plot(report, runs, out_dir)
     doc = blocks(report, plots)
@@ -257,6 +267,7 @@ def main(argv):
     config = _CONFIG.value
     report = comparison.build(runs, hours=config.tco_hours, input_len=config.tco_input_len)
     out_dir = config_cli.user_path(_OUT.value)
+    storage.probe(out_dir)
     config_cli.write_resolved_config(config, out_dir)
     for path in write(report, runs, out_dir):
         print(path)

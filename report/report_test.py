@@ -5,6 +5,8 @@ import sys
 
 from absl.testing import absltest
 
+from common import gcs_emulator
+from common import storage
 from report import comparison
 from report import runs as runs_lib
 
@@ -133,6 +135,25 @@ class RunsReportTest(absltest.TestCase):
             text = f.read()
         for section in ("## Training", "## Serving", "## Cost of ownership", "## Quality"):
             self.assertIn(section, text)
+
+    def test_report_from_runs_in_a_bucket_into_a_bucket(self):
+        tmp = self.create_tempdir().full_path
+        local = [fake_training(os.path.join(tmp, "tpu"), "tpu", "tpu-v5p-8", 2.0, [3.0, 2.0]),
+                 fake_eval(os.path.join(tmp, "eval-tpu"), {"P1"})]
+        with gcs_emulator.running("bkt"):
+            os.environ[storage.CACHE_ENV] = os.path.join(tmp, "cache")
+            urls = [f"gs://bkt/runs/{os.path.basename(d)}" for d in local]
+            for directory, url in zip(local, urls):
+                storage.push(directory, url)
+            done = render(urls, "gs://bkt/report")
+            self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+            report = storage.read_json("gs://bkt/report/report.json")
+            for name in ("config.json", "report.md", "report.html", "loss.png"):
+                self.assertTrue(storage.exists(f"gs://bkt/report/{name}"), name)
+        self.assertEqual(report["training"][0]["source"], "gs://bkt/runs/tpu/metrics.jsonl")
+        self.assertAlmostEqual(report["training"][0]["tokens_per_s"], 1800.0)
+        self.assertEqual(report["quality"][0]["label"], "eval-tpu")
+        self.assertFalse(os.path.exists(os.path.join(os.getcwd(), "gs:")))
 
     def test_torn_last_lines_are_left_out_and_named(self):
         tmp = self.create_tempdir().full_path

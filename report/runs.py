@@ -13,10 +13,12 @@ paper's tables go through the code that reports our runs.
 import dataclasses
 import json
 import os
+import posixpath
 
 from common import cli
 from common import jsonl
 from common import repo
+from common import storage
 
 REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference",
                          "arxiv_2605_25645.json")
@@ -72,6 +74,9 @@ class Runs:
     repaired: list = dataclasses.field(default_factory=list)
 
 
+_READ = ["run.json", "metrics.jsonl", "summary.json"]  # what a report reads of a run
+
+
 def _json(path):
     try:
         with open(path) as f:
@@ -80,7 +85,7 @@ def _json(path):
         raise RunsError(f"cannot read {path}: {e}") from None
 
 
-def _training(directory, repaired):
+def _training(directory, named, repaired):
     info = _json(os.path.join(directory, "run.json"))
     path = os.path.join(directory, "metrics.jsonl")
     try:
@@ -88,7 +93,7 @@ def _training(directory, repaired):
     except OSError as e:
         raise RunsError(f"cannot read {path}: {e}") from None
     if torn:
-        repaired.append(f"{path}: a torn last line (a run stopped mid-write) was left out")
+        repaired.append(f"{storage.join(named, 'metrics.jsonl')}: a torn last line (a run stopped mid-write) was left out")
     if not records:
         raise RunsError(f"{path} holds no step")
     seconds = sum(r["step_time_s"] for r in records)
@@ -101,50 +106,52 @@ def _training(directory, repaired):
         label=f"{info['stack'].upper()} {info.get('machine', '?')}", stack=info["stack"],
         machine=info.get("machine", "?"), hours=seconds / 3600, tokens_per_s=tokens / seconds,
         trained_tokens_per_s=trained / seconds, tokens=tokens, trained_tokens=trained,
-        mfu=sum(mfus) / len(mfus) if mfus else None, curves=curves, source=path)
+        mfu=sum(mfus) / len(mfus) if mfus else None, curves=curves,
+        source=storage.join(named, "metrics.jsonl"))
 
 
-def _serving(directory, summary):
-    path = os.path.join(directory, "summary.json")
+def _serving(named, summary):
     record = summary.get("record") or {}
     lengths = summary["input_lengths"]
     return Serving(
-        label=record.get("label") or record.get("machine") or os.path.basename(directory),
+        label=record.get("label") or record.get("machine") or posixpath.basename(named),
         machine=record.get("machine", "?"),
         peak_output_tok_s={k: v["peak_output_tok_s"] for k, v in lengths.items()},
         saturation_rate={k: v["saturation_rate"] for k, v in lengths.items()},
         points={k: [p for p in v["points"] if p.get("status") == "ok"]
                 for k, v in lengths.items()},
-        source=path)
+        source=storage.join(named, "summary.json"))
 
 
-def _quality(directory, summary):
+def _quality(named, summary):
     return Quality(
-        label=os.path.basename(os.path.normpath(directory)), pass_at_k=summary["pass_at_k"],
+        label=posixpath.basename(os.path.normpath(named)), pass_at_k=summary["pass_at_k"],
         interval=summary.get("pass_at_k_interval_95", {}),
         problems=summary.get("problems", {}), protocol=summary.get("protocol", ""),
-        source=os.path.join(directory, "summary.json"))
+        source=storage.join(named, "summary.json"))
 
 
 def load(directories):
-    """Runs of every directory given; a directory of no known kind is an error."""
+    """Runs of every directory given (local folders or gs:// URLs, whose summaries
+    are copied to the local cache first); a directory of no known kind is an error."""
     runs = Runs(source=", ".join(directories))
-    for directory in directories:
+    for named in directories:
+        directory = storage.fetch(named, only=_READ) if storage.is_url(named) else named
         if not os.path.isdir(directory):
-            raise RunsError(f"{directory} is not a directory")
+            raise RunsError(f"{named} is not a directory")
         summary_path = os.path.join(directory, "summary.json")
         if os.path.exists(os.path.join(directory, "run.json")):
-            runs.training.append(_training(directory, runs.repaired))
+            runs.training.append(_training(directory, named, runs.repaired))
         elif os.path.exists(summary_path):
             summary = _json(summary_path)
             if "input_lengths" in summary:
-                runs.serving.append(_serving(directory, summary))
+                runs.serving.append(_serving(named, summary))
             elif "pass_at_k" in summary:
-                runs.quality.append(_quality(directory, summary))
+                runs.quality.append(_quality(named, summary))
             else:
                 raise RunsError(f"{summary_path} is neither a serving sweep nor an evaluation")
         else:
-            raise RunsError(f"{directory} holds no run.json or summary.json: not a training, "
+            raise RunsError(f"{named} holds no run.json or summary.json: not a training, "
                             "serving or evaluation run")
     return runs
 

@@ -20,6 +20,7 @@ from absl import flags
 
 from common import cli
 from common import config_cli
+from common import storage
 from serving import launcher
 from serving import plots
 from serving import server_config
@@ -92,10 +93,22 @@ def run(config, out_dir, *, base_url=None, model=None, adapters=None, tokenizer=
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
-    out_dir = config_cli.user_path(_OUT_DIR.value)
+    where = config_cli.user_path(_OUT_DIR.value)
+    storage.probe(where)
     lengths = rates = None
     if _SWEEP.value:
         lengths, rates = sweep_lib.parse_sweep(_SWEEP.value)
+    # A gs:// --out_dir is worked on in a local mirror (pulled, so that a rerun
+    # resumes the sweep) and pushed at the end, also after a failure.
+    mirror = storage.Mirror(where, clear=True)
+    mirror.pull()
+    try:
+        _bench(where, mirror.local, lengths, rates)
+    finally:
+        mirror.push()
+
+
+def _bench(where, out_dir, lengths, rates):
     summary = run(
         _CONFIG.value, out_dir, base_url=_BASE_URL.value, model=_MODEL.value,
         adapters=launcher.parse_adapters(launcher.user_adapter_paths(_ADAPTER.value)),
@@ -111,7 +124,7 @@ def main(argv):
               f"{figures['peak_output_tok_s']} output tok/s"
               + (f", ${cost:.2f} per 1M output tokens" if cost else ""))
     if not summary["complete"]:
-        raise cli.UserError(f"the sweep is partial (see {out_dir}/summary.json)")
+        raise cli.UserError(f"the sweep is partial (see {where}/summary.json)")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,7 @@ import urllib.request
 from common import cli
 from common import config_cli
 from common import repo
+from common import storage
 from serving import server_config
 from training.formats import adapter as adapter_lib
 from training.formats import base_model
@@ -316,6 +317,8 @@ def resolve_model(config, name, run_dir):
     """
     if name:
         path = config_cli.user_path(name)
+        if storage.is_url(path):  # vLLM reads local folders: copied to the cache first
+            return storage.fetch(path, require_complete=True)
         return path if os.path.exists(path) else name
     path = base_model.tiny_dir(run_dir)
     if not os.path.exists(os.path.join(path, "config.json")):
@@ -332,9 +335,15 @@ def resolve_model(config, name, run_dir):
 
 
 def user_adapter_paths(values):
-    """NAME=DIR flags with DIR made absolute against the user's directory."""
+    """NAME=DIR flags with DIR made absolute against the user's directory; a
+    gs:// DIR is copied to the local cache (vLLM reads local folders only)."""
     out = []
     for value in values:
         name, sep, path = value.partition("=")
-        out.append(f"{name}={config_cli.user_path(path)}" if sep else value)
+        if sep:
+            path = config_cli.user_path(path)
+            if storage.is_url(path):
+                path = storage.fetch(path, require_complete=True)
+            value = f"{name}={path}"
+        out.append(value)
     return out

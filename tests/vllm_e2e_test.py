@@ -30,6 +30,8 @@ from peft import PeftModel
 from peft import get_peft_model
 from safetensors.numpy import save_file
 
+from common import gcs_emulator
+from common import storage
 from data import codev
 from data import pipeline
 from data import tokenizer as tokenizer_lib
@@ -68,12 +70,21 @@ def _only_kv_layer(adapter_dir, out_dir):
 
 
 def _tpu_export(base, directory):
-    """conversion's export (adapter and merged) of a fake TPU run with random factors."""
+    """conversion's export (adapter and merged) of a fake TPU run with random factors,
+    written to a bucket (the GCS emulator on loopback) and taken from there as
+    serving takes a gs:// model or adapter: copied to the local cache."""
     from conversion import exporting  # pylint: disable=import-outside-toplevel
     from conversion import testing as conversion_testing  # pylint: disable=import-outside-toplevel
     run, _, _, _ = conversion_testing.random_run(os.path.join(directory, "run"), base, seed=3,
                                                  scale=0.3)
-    return exporting.export(run, os.path.join(directory, "export"), progress=False)
+    with gcs_emulator.running("bkt"):
+        os.environ[storage.CACHE_ENV] = os.path.join(directory, "cache")
+        exporting.export(run, "gs://bkt/tpu-export", progress=False)
+        adapter = launcher.user_adapter_paths(["tpu=gs://bkt/tpu-export/adapter"])[0]
+        merged = launcher.resolve_model(None, "gs://bkt/tpu-export/merged", directory)
+    local = adapter.split("=", 1)[1]
+    assert local.startswith(os.path.join(directory, "cache")), local
+    return {"adapter": local, "merged": merged}
 
 
 def _logprobs(model, token_ids):

@@ -22,6 +22,7 @@ import time
 from common import cli
 from common import config_cli
 from common import machines
+from common import storage
 from data import pipeline
 from training.common import flops
 from training.common import hparams
@@ -78,21 +79,30 @@ class Run:
 def wait_for_main(workdir, config, timeout_s=600):
     """A barrier for processes that share `workdir` before any collective exists:
     waits until the main process has written the config and the tiny base."""
-    paths = [os.path.join(workdir, run_dir_lib.CONFIG)]
+    paths = [storage.join(workdir, run_dir_lib.CONFIG)]
     if config.model.name == base_model.TINY:
-        paths.append(os.path.join(base_model.tiny_dir(workdir), "config.json"))
+        tiny = base_model.tiny_dir(workdir)
+        paths.append(storage.join(tiny, storage.COMMIT_MARKER) if storage.is_url(tiny)
+                     else os.path.join(tiny, "config.json"))
     deadline = time.time() + timeout_s
-    while not all(os.path.exists(p) for p in paths):
+    while not all(storage.exists(p) for p in paths):
         if time.time() > deadline:
             raise base_model.BaseModelError(f"timed out waiting for {paths}")
         time.sleep(0.5)
 
 
 def materialize_base(config, workdir):
-    """The base model's directory, writing the tiny base into `workdir` if it is the one."""
-    if config.model.name == base_model.TINY:
-        from training.formats import tiny_model  # pylint: disable=import-outside-toplevel
-        tiny_model.ensure(base_model.tiny_dir(workdir), seed=config.seed)
+    """The base model's local directory. The tiny base is written into `workdir`
+    if missing; a gs:// run keeps it in its bucket and reads a local copy."""
+    if config.model.name != base_model.TINY:
+        return base_model.resolve(config.model.name, workdir)
+    from training.formats import tiny_model  # pylint: disable=import-outside-toplevel
+    where = base_model.tiny_dir(workdir)
+    if not storage.is_url(where):
+        tiny_model.ensure(where, seed=config.seed)
+    elif not storage.exists(storage.join(where, storage.COMMIT_MARKER)):
+        made = tiny_model.ensure(storage.cache_dir(where, "tiny"), seed=config.seed)
+        storage.push(made, where, mark_complete=True)
     return base_model.resolve(config.model.name, workdir)
 
 
@@ -111,7 +121,11 @@ def start(config, workdir, *, stack, is_main, barrier, data_parallel):
     hf_config = base_model.read_config(base_dir)
     dims = gemma4_map.Dims.from_hf_config(hf_config)
     files = base_model.safetensors_files(base_dir)  # every shard opens, or a clear error
-    fingerprint = {"config": hf_config.get("_name_or_path") or base_dir,
+    # A base read from a bucket is named by its URL, not by this host's cache folder.
+    named = base_model.tiny_dir(workdir) if config.model.name == base_model.TINY \
+        else config.model.name
+    fingerprint = {"config": hf_config.get("_name_or_path") or (
+                       named if storage.is_url(named) else base_dir),
                    "tensors": len(files), "vocab": dims.vocab, "layers": dims.num_layers}
     return Run(config=config, workdir=workdir, stack=stack, base_dir=base_dir, dims=dims,
                fingerprint=fingerprint,
@@ -151,7 +165,7 @@ def check_compatible(saved, expected, where):
 def write_run_info(run, *, devices, processes, device_kind, parallelism):
     """run.json: what the run used. The keys are the same on both stacks."""
     config, report = run.config, run.prepared.report
-    run_dir_lib.write_json(os.path.join(run.workdir, run_dir_lib.RUN_INFO), {
+    storage.write_json(storage.join(run.workdir, run_dir_lib.RUN_INFO), {
         "stack": run.stack, "base_model": run.base_dir, "model_name": config.model.name,
         "machine": run.machine.name, "total_steps": run.total_steps,
         "accumulation_steps": run.accumulation, "per_device_batch": config.batch.per_device_size,

@@ -11,6 +11,8 @@
                          id or directory in run.json instead)
 
 Both stacks log the same metric names (METRIC_NAMES), so runs compare directly.
+RUN_DIR is a local folder or a gs:// URL (common/storage.py); a run of several
+processes (hosts) needs one they all share: a URL, or a shared file system.
 """
 
 import importlib.metadata
@@ -20,6 +22,7 @@ import time
 
 from common import cli
 from common import jsonl
+from common import storage
 
 CONFIG = "config.json"
 RUN_INFO = "run.json"
@@ -41,22 +44,25 @@ class RunDirError(cli.UserError):
 def prepare(path):
     """Creates the run directory, failing early and clearly if it is not writable."""
     try:
-        os.makedirs(os.path.join(path, CHECKPOINTS), exist_ok=True)
-        probe = os.path.join(path, f".write_probe.{os.getpid()}")
-        with open(probe, "w") as f:
-            f.write("ok")
-        os.remove(probe)
-    except OSError as e:
-        raise RunDirError(f"cannot write to the run directory {path}: {e.strerror}") from e
+        storage.probe(path)
+    except storage.StorageError as e:
+        raise RunDirError(str(e).replace("cannot write to ", "cannot write to the run "
+                                         "directory ", 1)) from e
+    storage.makedirs(storage.join(path, CHECKPOINTS))
     return path
 
 
-def write_json(path, value):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        json.dump(value, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
+SHARED_FS_FLAG = "--shared_fs"
+
+
+def check_shared(path, hosts):
+    """Refuses a local run directory for a run on several hosts (unless declared
+    shared): each host would write its own checkpoints, and no host could resume."""
+    if hosts > 1 and not storage.is_url(path):
+        raise RunDirError(
+            f"--workdir={path} is a local folder and this run has {hosts} hosts: each would "
+            f"keep its own checkpoints and none could resume. Use a gs://BUCKET/... URL, or "
+            f"pass {SHARED_FS_FLAG} if {path} is a file system all hosts mount (NFS, Filestore)")
 
 
 def package_versions(names):
@@ -65,11 +71,10 @@ def package_versions(names):
 
 
 def read_run_info(run_dir):
-    path = os.path.join(run_dir, RUN_INFO)
-    if not os.path.exists(path):
+    path = storage.join(run_dir, RUN_INFO)
+    if not storage.exists(path):
         raise RunDirError(f"{run_dir} is not a run directory (no {RUN_INFO})")
-    with open(path) as f:
-        return json.load(f)
+    return storage.read_json(path)
 
 
 class MetricsWriter:
@@ -77,23 +82,33 @@ class MetricsWriter:
 
     On resume, lines for steps after the restored step are dropped first, so
     the file holds each step once; so is a torn last line that a killed run
-    left (common/jsonl.py).
+    left (common/jsonl.py). In a gs:// run both are written to a local mirror
+    and uploaded by `flush` (called at checkpoints) and every PUSH_EVERY_S.
     """
+
+    PUSH_EVERY_S = 60
 
     def __init__(self, run_dir, resume_step=0, enabled=True):
         self._enabled = enabled
         if not enabled:
             return
-        self._path = os.path.join(run_dir, METRICS)
+        self._mirror = storage.Mirror(run_dir, clear=True)
+        self._mirror.pull([METRICS])
+        self._path = os.path.join(self._mirror.local, METRICS)
         if os.path.exists(self._path):
-            records, _ = jsonl.read(self._path)
+            try:
+                records, _ = jsonl.read(self._path)
+            except jsonl.JsonlError as e:  # name the file where the run keeps it
+                raise jsonl.JsonlError(str(e).replace(
+                    self._path, storage.join(run_dir, METRICS))) from None
             with open(self._path + ".tmp", "w") as f:
                 f.writelines(json.dumps(r) + "\n" for r in records
                              if r.get("step", 0) <= resume_step)
             os.replace(self._path + ".tmp", self._path)
         self._file = open(self._path, "a", buffering=1)
         from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
-        self._tensorboard = SummaryWriter(os.path.join(run_dir, TENSORBOARD))
+        self._tensorboard = SummaryWriter(os.path.join(self._mirror.local, TENSORBOARD))
+        self._pushed = time.time()
 
     def write(self, metrics):
         if not self._enabled:
@@ -103,8 +118,20 @@ class MetricsWriter:
         for name, value in metrics.items():
             if name != "step" and isinstance(value, (int, float)) and value is not None:
                 self._tensorboard.add_scalar(f"train/{name}", value, metrics["step"])
+        if self._mirror.remote and time.time() - self._pushed > self.PUSH_EVERY_S:
+            self.flush()
+
+    def flush(self):
+        """Makes what was written so far durable where the run lives."""
+        if not self._enabled:
+            return
+        self._file.flush()
+        self._tensorboard.flush()
+        self._mirror.push([METRICS, TENSORBOARD])
+        self._pushed = time.time()
 
     def close(self):
         if self._enabled:
             self._file.close()
             self._tensorboard.close()
+            self._mirror.push([METRICS, TENSORBOARD])

@@ -6,7 +6,10 @@
     `tiny_model.ensure`, so that resuming, exporting and serving the run all
     see the same base;
   * a local Hugging Face directory (config.json + safetensors);
-  * a Hub id such as `google/gemma-4-31B-it`, downloaded on the training VM.
+  * a Hub id such as `google/gemma-4-31B-it`, downloaded on the training VM
+    into the Hugging Face cache (HF_HOME: put it on a persistent disk);
+  * a gs:// URL of such a directory (a copy kept in the team's bucket), copied
+    once into the local cache (common/storage.py; G4_CACHE_DIR) and reused.
 Checks that need no weights (config, files listed by the index, readable
 shard headers) run here, before any long work.
 """
@@ -15,6 +18,7 @@ import json
 import os
 
 from common import cli
+from common import storage
 
 TINY = "tiny-random-gemma4"
 TINY_DIR = "base_model"  # where a run directory keeps its tiny base
@@ -26,7 +30,7 @@ class BaseModelError(cli.UserError):
 
 
 def tiny_dir(run_dir):
-    return os.path.join(run_dir, TINY_DIR)
+    return storage.join(run_dir, TINY_DIR)
 
 
 def is_hub_id(name):
@@ -39,8 +43,12 @@ def resolve(name, run_dir):
 
     The tiny base must already exist in `run_dir` (tiny_model.ensure writes it).
     """
+    if storage.is_url(name):  # a model kept in a bucket: copied to the local cache once
+        return storage.fetch(name)
     if name == TINY:
         path = tiny_dir(run_dir)
+        if storage.is_url(path):
+            return storage.fetch(path, require_complete=True)
         if not os.path.exists(os.path.join(path, "config.json")):
             raise BaseModelError(f"{run_dir} holds no tiny base model ({path}); the run "
                                  "that created this directory did not finish setting up")

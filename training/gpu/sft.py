@@ -6,12 +6,15 @@ With config.num_processes > 1 the binary starts itself once per GPU through
 torchrun (torch.distributed.run). Without --config it trains the tiny random
 Gemma 4 on the sample data on CPU. Rerunning the same command resumes from the
 newest checkpoint in --workdir; the final PEFT adapter lands in WORKDIR/adapter.
+--workdir may be a gs:// URL: checkpoints are written locally, uploaded as each
+is saved, and the newest is copied back before a resume.
 
 Several machines: config.num_processes counts the processes of all of them
 (one per GPU), and each machine runs the same command with its --node_rank:
 
     bazel run //training/gpu:sft -- --config=h100x2.py --config.num_processes=4 \
-        --nnodes=2 --node_rank=0 --master_addr=10.0.0.2 --workdir=/shared/runs/h100x4
+        --nnodes=2 --node_rank=0 --master_addr=10.0.0.2 --workdir=/shared/runs/h100x4 \
+        --shared_fs
 
 A config whose machine has GPUs is refused at once where the process sees
 fewer than its share of them (a CPU build of torch sees none).
@@ -27,11 +30,17 @@ from absl import logging as absl_logging
 
 from common import cli
 from common import config_cli
+from common import storage
+from training.common import run_dir
 from training.gpu import launching
 
 _CONFIG = config_cli.define_config_flag(__file__)
 _WORKDIR = flags.DEFINE_string(
-    "workdir", "runs/gpu-sft", "Run directory: config, metrics, checkpoints (resumed if present).")
+    "workdir", "runs/gpu-sft", "Run directory: config, metrics, checkpoints (resumed if "
+    "present); a local folder or a gs://BUCKET/... URL.")
+_SHARED_FS = flags.DEFINE_bool(
+    "shared_fs", False, "With --nnodes > 1: --workdir is a file system every machine mounts "
+    "(NFS, Filestore).")
 _NNODES = flags.DEFINE_integer(
     "nnodes", 1, "Machines taking part; config.num_processes is divided among them.",
     lower_bound=1)
@@ -67,6 +76,14 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     config = _CONFIG.value
     workdir = config_cli.user_path(_WORKDIR.value)
+    if storage.is_url(workdir) and _NNODES.value > 1:
+        raise cli.UserError(
+            "a gs:// --workdir serves runs on one machine: with --nnodes > 1 each machine's "
+            "checkpoint shards stay on its own disk. Use a file system every machine mounts, "
+            "with --shared_fs")
+    if not _SHARED_FS.value:
+        run_dir.check_shared(workdir, _NNODES.value)
+    run_dir.prepare(workdir)  # no bucket, no credentials, no write access: one line
     launching.check_devices(config, _NNODES.value)
     if config.num_processes > 1 and "LOCAL_RANK" not in os.environ:
         # Workers see the same flags; the workdir must not depend on their cwd.

@@ -14,6 +14,7 @@ What makes it comparable number for number with the TPU stack:
     einsum whose LoRA has one A, so here v_proj's lora_A is tied to k_proj's.
 """
 
+import contextlib
 import json
 import logging
 import os
@@ -24,6 +25,7 @@ import transformers
 from transformers import TrainerCallback
 
 from common import cli
+from common import storage
 from data import views
 from training.common import lifecycle
 from training.common import run_dir as run_dir_lib
@@ -153,6 +155,49 @@ class _AdapterCheckpoints(TrainerCallback):
         save_adapter(model, out_dir, self._is_main)
 
 
+def _barrier():
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+
+
+class BucketCheckpoints(TrainerCallback):
+    """The checkpoints of a gs:// run: the Trainer writes them into a local mirror,
+    each is uploaded once saved (its commit marker last), and those the Trainer
+    rotated out are deleted from the bucket too. `pull` brings back the newest
+    committed one before a resume. Rank 0 moves the files; the others wait."""
+
+    def __init__(self, where, is_main):
+        self.mirror = storage.Mirror(where, clear=is_main)
+        self._is_main = is_main
+
+    def _committed(self):
+        names = [n for n in storage.listdir(self.mirror.where) if n.startswith(_CHECKPOINT)]
+        return [n for n in names
+                if storage.exists(storage.join(self.mirror.where, n, storage.COMMIT_MARKER))]
+
+    def pull(self):
+        if self._is_main:
+            steps = sorted(int(n[len(_CHECKPOINT):]) for n in self._committed())
+            if steps:
+                self.mirror.pull([f"{_CHECKPOINT}{steps[-1]}"])
+        _barrier()
+
+    def on_save(self, args, state, control, **kwargs):
+        _barrier()  # every rank's shards are on the disk
+        if not self._is_main:
+            return
+        name = f"{_CHECKPOINT}{state.global_step}"
+        storage.push(os.path.join(self.mirror.local, name),
+                     storage.join(self.mirror.where, name), mark_complete=True)
+        kept = set(os.listdir(self.mirror.local))
+        for old in self._committed():
+            if old not in kept:
+                storage.remove(storage.join(self.mirror.where, old))
+
+
+_CHECKPOINT = "checkpoint-"  # the Trainer's folder prefix
+
+
 class _RunCallback(TrainerCallback):
     """Metrics with the TPU stack's names (metrics.jsonl + TensorBoard), and SIGTERM."""
 
@@ -170,6 +215,9 @@ class _RunCallback(TrainerCallback):
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._started = time.time()
+
+    def on_save(self, args, state, control, **kwargs):
+        self._writer.flush()
 
     def on_step_end(self, args, state, control, **kwargs):
         self._elapsed = time.time() - self._started
@@ -211,16 +259,23 @@ def train(config, workdir):
     run = lifecycle.start(config, workdir, stack="gpu", is_main=rank == 0,
                           barrier=lambda: lifecycle.wait_for_main(workdir, config),
                           data_parallel=processes)
-    output_dir = os.path.join(workdir, run_dir_lib.CHECKPOINTS)
-    resume = check_checkpoints(output_dir, run)
     if config.data.packing and config.model.attn_implementation == "sdpa":
         raise cli.UserError("packing on the GPU stack needs varlen attention "
                             "(config.model.attn_implementation='flash_attention_2')")
     log.info(lifecycle.load_data(run))
-
-    model = _model(config, run.base_dir, run.dims)
+    bucket = None
+    output_dir = storage.join(workdir, run_dir_lib.CHECKPOINTS)
+    if storage.is_url(workdir):
+        bucket = BucketCheckpoints(output_dir, is_main=rank == 0)
+        output_dir = bucket.mirror.local
+    # Creating the arguments starts torch.distributed with several processes.
     args = training_args(config, output_dir, processes, run.accumulation, run.total_steps,
                          on_gpu=torch.cuda.is_available(), rank=rank)
+    if bucket:
+        bucket.pull()
+    resume = check_checkpoints(output_dir, run)
+
+    model = _model(config, run.base_dir, run.dims)
     callback = _RunCallback(run, step_token_counts(run.prepared.sequences,
                                                    config.batch.effective_size),
                             chips=processes, enabled=rank == 0)
@@ -232,6 +287,8 @@ def train(config, workdir):
     token_weighted_loss(trainer)
     if trainer.is_fsdp_enabled:  # on accelerators only (see training_args)
         trainer.add_callback(_AdapterCheckpoints(is_main=rank == 0))
+    if bucket:  # last: a checkpoint is uploaded once complete
+        trainer.add_callback(bucket)
     if rank == 0:
         lifecycle.write_run_info(
             run, devices=processes, processes=processes,
@@ -243,7 +300,10 @@ def train(config, workdir):
     if callback.preemption.requested:
         log.warning("SIGTERM: saved a checkpoint at step %d, exiting", trainer.state.global_step)
     else:  # every rank: the LoRA shards are gathered collectively
-        save_adapter(trainer.model, os.path.join(workdir, ADAPTER), is_main=rank == 0)
+        final = storage.join(workdir, ADAPTER)
+        with (storage.output_dir(final, overwrite=True) if rank == 0
+              else contextlib.nullcontext()) as out:
+            save_adapter(trainer.model, out, is_main=rank == 0)
     return trainer.state.global_step
 
 

@@ -2,7 +2,6 @@
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -11,6 +10,9 @@ import time
 import numpy as np
 import safetensors.numpy
 from absl.testing import absltest
+
+from common import gcs_emulator
+from common import storage
 
 STEPS = 4
 _ARGS = (f"--config.max_steps={STEPS}", "--config.checkpoint_every_steps=2",
@@ -29,8 +31,8 @@ def sft(workdir, *extra, wait=True):
 
 
 def metrics(workdir):
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
+    text = storage.read_text(storage.join(workdir, "metrics.jsonl"))
+    return [json.loads(line) for line in text.splitlines()]
 
 
 class GpuTrainerTest(absltest.TestCase):
@@ -41,6 +43,7 @@ class GpuTrainerTest(absltest.TestCase):
         cls.reference = os.path.join(absltest.get_default_test_tmpdir(), "reference")
         code, output = sft(cls.reference)
         assert code == 0, output[-5000:]
+        cls.enterClassContext(gcs_emulator.running("bkt"))
 
     def test_outputs_and_metric_names(self):
         records = metrics(self.reference)
@@ -57,12 +60,14 @@ class GpuTrainerTest(absltest.TestCase):
                      "checkpoints/checkpoint-2", "checkpoints/checkpoint-4"):
             self.assertTrue(os.path.exists(os.path.join(self.reference, name)), name)
 
-    def test_sigkill_then_rerun_resumes(self):
-        workdir = self.create_tempdir().full_path
+    def test_sigkill_then_rerun_resumes_from_a_bucket(self):
+        """The run lives in gs://bkt (the emulator on loopback); the reference is local."""
+        os.environ[storage.CACHE_ENV] = self.create_tempdir().full_path
+        workdir = "gs://bkt/gpu-sigkill"
         process = sft(workdir, wait=False)
-        checkpoint = os.path.join(workdir, "checkpoints", "checkpoint-2", "trainer_state.json")
+        checkpoint = storage.join(workdir, "checkpoints", "checkpoint-2", storage.COMMIT_MARKER)
         deadline = time.time() + 600
-        while not os.path.exists(checkpoint):
+        while not storage.exists(checkpoint):
             self.assertIsNone(process.poll(), process.stdout.read()[-3000:]
                               if process.poll() is not None else "")
             self.assertLess(time.time(), deadline)
@@ -70,12 +75,15 @@ class GpuTrainerTest(absltest.TestCase):
         time.sleep(1)
         process.send_signal(signal.SIGKILL)
         process.wait()
-        # Two resumes of the killed run: as it was, and with a torn last line in
-        # metrics.jsonl (killed mid-line), which the resume must cut, not crash on.
+        # Two resumes of the killed run: a local copy of it as it was, and the run in
+        # the bucket with a torn last line in metrics.jsonl (killed mid-line), which
+        # the resume must cut, not crash on.
         untorn = os.path.join(self.create_tempdir().full_path, "untorn")
-        shutil.copytree(workdir, untorn)
-        with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
-            f.write('{"step": 3, "loss": 0.12, "learning_ra')
+        storage.fetch(workdir, untorn)
+        os.remove(os.path.join(untorn, ".g4_fetched.json"))
+        path = storage.join(workdir, "metrics.jsonl")
+        storage.write_bytes(path, storage.read_bytes(path) +
+                            b'{"step": 3, "loss": 0.12, "learning_ra')
         code, output = sft(workdir)
         self.assertEqual(code, 0, output[-5000:])
         self.assertIn("resuming from", output)
@@ -87,9 +95,11 @@ class GpuTrainerTest(absltest.TestCase):
         for got, want in zip(records, metrics(self.reference)):
             self.assertAlmostEqual(got["loss"], want["loss"], delta=1e-5 * abs(want["loss"]))
         self.assertEqual([r["loss"] for r in records], [r["loss"] for r in metrics(untorn)])
-        adapters = [safetensors.numpy.load_file(os.path.join(d, "adapter",
-                                                             "adapter_model.safetensors"))
-                    for d in (workdir, untorn)]
+        adapters = [safetensors.numpy.load_file(os.path.join(
+                        storage.fetch(d, require_complete=True), "adapter_model.safetensors"))
+                    for d in (storage.join(workdir, "adapter"), os.path.join(untorn, "adapter"))]
+        for where in (os.getcwd(), absltest.get_default_test_tmpdir()):
+            self.assertFalse(os.path.exists(os.path.join(where, "gs:")), where)
         self.assertEqual(sorted(adapters[0]), sorted(adapters[1]))
         for name, value in adapters[0].items():
             np.testing.assert_array_equal(value, adapters[1][name], err_msg=name)

@@ -17,6 +17,7 @@ from jax.experimental import multihost_utils
 
 from common import cli
 from common import machines
+from common import storage
 from data import views
 from training.common import lifecycle
 from training.common import run_dir as run_dir_lib
@@ -125,16 +126,24 @@ def load_state(base_dir, dims, mesh, config, total_steps):
     return state_lib.build(model, mesh, config, total_steps)
 
 
-def train(config, workdir):
-    """Runs (or resumes) the training run `config` in `workdir`; returns the last step."""
+def train(config, workdir, shared_fs=False):
+    """Runs (or resumes) the training run `config` in `workdir`; returns the last step.
+
+    With several processes `workdir` must be a gs:// URL, or `shared_fs` must say
+    that every host mounts it.
+    """
+    if not shared_fs:
+        run_dir_lib.check_shared(workdir, config.distributed.num_processes)
     setup_devices(config)
+    if not shared_fs:
+        run_dir_lib.check_shared(workdir, jax.process_count())  # pod slices: known only now
     planned = preflight(config)
     run = lifecycle.start(config, workdir, stack="tpu", is_main=jax.process_index() == 0,
                           barrier=lambda: _sync("base model"), data_parallel=config.mesh.fsdp)
     if not planned:
         plan(run.dims, config, run.machine, jax.device_count())
     checkpoints = checkpoints_lib.manager(
-        os.path.join(workdir, run_dir_lib.CHECKPOINTS), config.checkpoints_to_keep,
+        storage.join(workdir, run_dir_lib.CHECKPOINTS), config.checkpoints_to_keep,
         config.checkpoint_every_steps)
     checkpoints_lib.check_latest(checkpoints, run.lora_meta)
     log.info(lifecycle.load_data(run))
@@ -201,9 +210,10 @@ def _loop(run, state, step, data_iterator, checkpoints):
                 progress.set_postfix(loss=f"{record['loss']:.4f}",
                                      tok_s=f"{record['tokens_per_s']:.0f}")
             stop = preemption.stop()
-            checkpoints_lib.save(checkpoints, step, lora, opt_state, data_iterator,
-                                 {**run.lora_meta, "step": step},
-                                 force=stop or step == run.total_steps)
+            if checkpoints_lib.save(checkpoints, step, lora, opt_state, data_iterator,
+                                    {**run.lora_meta, "step": step},
+                                    force=stop or step == run.total_steps):
+                writer.flush()
             if stop:
                 log.warning("SIGTERM: saved a checkpoint at step %d, exiting", step)
                 break

@@ -10,6 +10,8 @@ import time
 import numpy as np
 from absl.testing import absltest
 
+from common import gcs_emulator
+from common import storage
 from training.formats import orbax_lora
 
 STEPS = 4
@@ -29,33 +31,35 @@ def sft(workdir, *extra, wait=True):
 
 
 def final_lora(workdir, step=STEPS):
-    return orbax_lora.read(os.path.join(workdir, "checkpoints", str(step)))
+    lora = f"checkpoints/{step}/lora"
+    return orbax_lora.read(os.path.dirname(os.path.join(storage.fetch(workdir, only=[lora]),
+                                                        lora)))
 
 
 def losses(workdir):
-    with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        return [json.loads(line)["loss"] for line in f]
+    return [json.loads(line)["loss"]
+            for line in storage.read_text(storage.join(workdir, "metrics.jsonl")).splitlines()]
 
 
 def tear_metrics(workdir):
     """What a run killed while appending a line leaves: half of one more line."""
-    with open(os.path.join(workdir, "metrics.jsonl"), "a") as f:
-        f.write('{"step": 3, "loss": 0.12, "learning_ra')
+    path = storage.join(workdir, "metrics.jsonl")
+    held = storage.read_bytes(path) if storage.exists(path) else b""
+    storage.write_bytes(path, held + b'{"step": 3, "loss": 0.12, "learning_ra')
 
 
 def break_second_metrics_line(workdir):
-    path = os.path.join(workdir, "metrics.jsonl")
-    with open(path) as f:
-        lines = f.readlines()
-    with open(path, "w") as f:
-        f.writelines([lines[0], lines[1][:15] + "\n", *lines[2:]])
+    path = storage.join(workdir, "metrics.jsonl")
+    lines = storage.read_text(path).splitlines(keepends=True)
+    storage.write_bytes(path, "".join([lines[0], lines[1][:15] + "\n", *lines[2:]]).encode())
     return path
 
 
 def wait_for_checkpoint(workdir, step, process, timeout=600):
-    path = os.path.join(workdir, "checkpoints", str(step))
+    """Until Orbax has committed checkpoint `step` (its marker object on GCS)."""
+    path = storage.join(workdir, "checkpoints", str(step), "commit_success.txt")
     deadline = time.time() + timeout
-    while not os.path.isdir(path):
+    while not storage.exists(path):
         if process.poll() is not None or time.time() > deadline:
             raise AssertionError(f"no checkpoint {step}: {process.communicate()[0][-3000:]}")
         time.sleep(0.5)
@@ -69,6 +73,7 @@ class TrainerTest(absltest.TestCase):
         cls.reference = os.path.join(absltest.get_default_test_tmpdir(), "reference")
         code, cls.output = sft(cls.reference)
         assert code == 0, cls.output[-5000:]
+        cls.enterClassContext(gcs_emulator.running("bkt"))
 
     def test_loss_falls_and_outputs_are_in_place(self):
         values = losses(self.reference)
@@ -82,8 +87,10 @@ class TrainerTest(absltest.TestCase):
                      "tokens_per_s", "step_time_s"):
             self.assertIn(name, record)
 
-    def test_sigkill_then_rerun_resumes_bit_for_bit(self):
-        workdir = self.create_tempdir().full_path
+    def test_sigkill_then_rerun_resumes_bit_for_bit_from_a_bucket(self):
+        """The run lives in gs://bkt (the emulator on loopback); the reference is local."""
+        os.environ[storage.CACHE_ENV] = self.create_tempdir().full_path
+        workdir = "gs://bkt/sigkill"
         process = sft(workdir, wait=False)
         wait_for_checkpoint(workdir, 2, process)
         process.send_signal(signal.SIGKILL)
@@ -99,6 +106,14 @@ class TrainerTest(absltest.TestCase):
         for name in want:
             np.testing.assert_array_equal(got[name], want[name], err_msg=name)
         self.assertEqual(losses(workdir), losses(self.reference))
+        # Every part of the run is an object in the bucket; no local "gs:" folder.
+        for name in ("config.json", "run.json", "metrics.jsonl", "base_model/config.json",
+                     f"checkpoints/{STEPS}/commit_success.txt"):
+            self.assertTrue(storage.exists(storage.join(workdir, name)), name)
+        events = os.path.join(storage.fetch(workdir, only=["tensorboard"]), "tensorboard")
+        self.assertNotEmpty([f for f in os.listdir(events) if f.startswith("events.out")])
+        for where in (os.getcwd(), absltest.get_default_test_tmpdir()):
+            self.assertFalse(os.path.exists(os.path.join(where, "gs:")), where)
         # A broken line before the last is damage, not a torn tail: one error line.
         path = break_second_metrics_line(workdir)
         code, output = sft(workdir)
@@ -136,6 +151,16 @@ class TrainerTest(absltest.TestCase):
         code, output = sft("/proc/no-such-run")
         self.assertNotEqual(code, 0)
         self.assertIn("cannot write to the run directory /proc/no-such-run", output)
+
+    def test_a_bucket_that_does_not_exist_is_one_error_line(self):
+        code, output = sft("gs://no-such-bucket/run")
+        self.assertEqual(code, 1, output[-3000:])
+        errors = [line for line in output.splitlines() if line.startswith("error: ")]
+        self.assertEqual(errors, ["error: cannot write to the run directory "
+                                  "gs://no-such-bucket/run: the bucket gs://no-such-bucket "
+                                  "does not exist (or this account cannot see it)"])
+        self.assertNotIn("Traceback", output)
+        self.assertNotIn("base model loaded", output)
 
     def test_corrupt_base_checkpoint(self):
         base = os.path.join(self.create_tempdir().full_path, "base")

@@ -173,7 +173,8 @@ def _explain(where, error):
         return ("no Google Cloud credentials were found: run `gcloud auth application-default "
                 "login`, or set GOOGLE_APPLICATION_CREDENTIALS, or run on a VM whose service "
                 "account has access")
-    if isinstance(error, PermissionError) or code == 403:
+    # gcsfs raises a 403 as OSError("Forbidden: URL"), without the code.
+    if isinstance(error, PermissionError) or code == 403 or text.startswith("Forbidden"):
         return f"writing to gs://{name} is denied: the account needs roles/storage.objectAdmin"
     return f"{type(error).__name__}: {text.splitlines()[0] if text else ''}"
 

@@ -1,4 +1,8 @@
+import contextlib
+import http.server
+import json
 import os
+import threading
 import time
 
 from absl.testing import absltest
@@ -41,6 +45,57 @@ class LocationTest(absltest.TestCase):
         self.assertIn("no Google Cloud credentials",
                       explain(HttpError(401, "Anonymous caller does not have access")))
         self.assertIn("denied", explain(HttpError(403, "forbidden")))
+
+
+@contextlib.contextmanager
+def refusing_server(code, message):
+    """A loopback endpoint that answers every request as Cloud Storage refuses one."""
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _refuse(self):
+            body = json.dumps({"error": {"code": code, "message": message}}).encode()
+            self.send_response(code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        do_GET = do_POST = do_PUT = do_DELETE = _refuse
+
+        def log_message(self, *args):
+            del args
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    saved = os.environ.get("STORAGE_EMULATOR_HOST")
+    os.environ["STORAGE_EMULATOR_HOST"] = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield
+    finally:
+        server.shutdown()
+        server.server_close()
+        if saved is None:
+            os.environ.pop("STORAGE_EMULATOR_HOST")
+        else:
+            os.environ["STORAGE_EMULATOR_HOST"] = saved
+
+
+class RefusedTest(absltest.TestCase):
+    """What gcsfs raises for Cloud Storage's refusals becomes one sentence."""
+
+    def test_missing_credentials(self):
+        with refusing_server(401, "Anonymous caller does not have storage.objects.create "
+                                  "access to the Google Cloud Storage object."):
+            with self.assertRaisesRegex(storage.StorageError,
+                                        "cannot write to gs://b/run: no Google Cloud credentials"):
+                storage.probe("gs://b/run")
+
+    def test_denied_write(self):
+        with refusing_server(403, "sa@p.iam.gserviceaccount.com does not have "
+                                  "storage.objects.create access"):
+            with self.assertRaisesRegex(storage.StorageError,
+                                        "writing to gs://b is denied: the account needs"):
+                storage.probe("gs://b/run")
 
 
 class BucketTest(absltest.TestCase):

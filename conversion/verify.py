@@ -190,15 +190,19 @@ def main(argv):
     from training.formats import gemma4_map  # pylint: disable=import-outside-toplevel
     from training.formats import orbax_lora  # pylint: disable=import-outside-toplevel
     from common import config_cli  # pylint: disable=import-outside-toplevel
+    from common import storage  # pylint: disable=import-outside-toplevel
     from training.formats import base_model  # pylint: disable=import-outside-toplevel
     run_dir = config_cli.user_path(_RUN_DIR.value)
-    export_dir = config_cli.user_path(_EXPORT_DIR.value)
+    # gs:// inputs are read from local copies (the export whole, the run's step).
+    export_dir = storage.fetch(config_cli.user_path(_EXPORT_DIR.value), require_complete=True)
     provenance_path = os.path.join(export_dir, "adapter", "provenance.json")
     if not os.path.exists(provenance_path):
         raise cli.UserError(f"{export_dir} is not a --format=both export (no {provenance_path})")
     with open(provenance_path) as f:
         provenance = json.load(f)
-    _, step_dir = exporting.checkpoint_dir(run_dir, _STEP.value or provenance["step"])
+    step, _ = exporting.checkpoint_dir(run_dir, _STEP.value or provenance["step"])
+    run_dir = exporting.local_run(run_dir, step)
+    step_dir = os.path.join(run_dir, "checkpoints", str(step))
     base_dir = provenance["base_dir"]
     dims = gemma4_map.Dims.from_hf_config(base_model.read_config(base_dir))
     alpha = float(config_cli.read_resolved_config(run_dir).lora.alpha)

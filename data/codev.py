@@ -135,8 +135,8 @@ def resolve_source(source, data_file):
             return hf_hub_download(repo_id=source, filename=data_file, repo_type="dataset")
         except Exception as e:  # network, auth and missing-file errors alike
             raise DataError(f"cannot fetch {data_file} from Hub data set {source}: {e}") from e
-    raise DataError(f"data source {source!r} is neither a file, a gs:// URL, nor 'sample', "
-                    "nor a Hub data set id like owner/name")
+    raise DataError(f"data source {source!r} is neither a file, nor 'sample', nor a gs:// "
+                    "URL, nor a Hub data set id like owner/name")
 
 
 def read_rows(source, data_file="codev_r1_sft.jsonl", max_rows=0):

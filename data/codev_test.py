@@ -4,6 +4,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from absl.testing import absltest
 
+from common import gcs_emulator
+from common import storage
 from data import codev
 from data import testing
 
@@ -51,6 +53,20 @@ class ReadRowsTest(absltest.TestCase):
         pq.write_table(pa.Table.from_pylist([{"prompt": "p", "answer": "a"}]), path)
         with self.assertRaisesRegex(codev.DataError, "no column.*system, response"):
             list(codev.read_rows(path))
+
+    def test_a_source_in_a_bucket(self):
+        path = testing.write_jsonl(self.create_tempdir().full_path,
+                                   [testing.record(), testing.record(prompt="second")])
+        with open(path, "rb") as f:
+            data = f.read()
+        os.environ[storage.CACHE_ENV] = self.create_tempdir().full_path
+        with gcs_emulator.running("bkt"):
+            storage.write_bytes("gs://bkt/data/rows.jsonl", data)
+            items = list(codev.read_rows("gs://bkt/data/rows.jsonl"))
+            with self.assertRaisesRegex(storage.StorageError, "gs://bkt/data/none.jsonl does "
+                                                              "not exist"):
+                list(codev.read_rows("gs://bkt/data/none.jsonl"))
+        self.assertEqual([item.prompt for item in items][1], "second")
 
     def test_unreadable_source(self):
         with self.assertRaisesRegex(codev.DataError, "neither a file"):

@@ -5,6 +5,8 @@ import sys
 
 from absl.testing import absltest
 
+from common import gcs_emulator
+from common import storage
 from eval import problems
 from eval import testing
 
@@ -63,6 +65,21 @@ class VerilogEvalTest(absltest.TestCase):
         self.assertEqual(len(results[0]["code_sha256"]), 64)
         config = _load(out, "config.json")
         self.assertEqual((config["samples"], config["workers"]), (samples, 2))
+
+    def test_writes_its_results_into_a_bucket(self):
+        zero = self.problems[0]
+        samples = os.path.join(self.create_tempdir().full_path, "completions.jsonl")
+        with open(samples, "w") as f:
+            f.write(json.dumps({"problem": zero.id,
+                                "completion": testing.reference_completion(zero)}) + "\n")
+        with gcs_emulator.running("bkt"):
+            result = _run(f"--samples={samples}", "--out_dir=gs://bkt/eval", "--workers=1")
+            self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+            summary = storage.read_json("gs://bkt/eval/summary.json")
+            self.assertTrue(storage.exists("gs://bkt/eval/results.jsonl"))
+            self.assertEqual(storage.read_json("gs://bkt/eval/config.json")["out_dir"],
+                             "gs://bkt/eval")
+        self.assertEqual(summary["pass_at_k"], {"1": 1.0})
 
     def test_samples_from_a_server_then_resumes(self):
         by_spec = self.problems

@@ -7,6 +7,8 @@ import torch
 import transformers
 from absl.testing import absltest
 
+from common import gcs_emulator
+from common import storage
 from data import tokenizer as tokenizer_lib
 from training.formats import base_model
 from training.formats import tiny_model
@@ -54,6 +56,19 @@ class TinyModelTest(absltest.TestCase):
                        processor["image_processor"]["max_soft_tokens"]):
             self.assertEqual(budget, config["vision_soft_tokens_per_image"])
         self.assertFalse(os.path.exists(os.path.join(self.text, "processor_config.json")))
+
+    def test_a_base_kept_in_a_bucket_is_copied_once(self):
+        os.environ[storage.CACHE_ENV] = self.create_tempdir().full_path
+        with gcs_emulator.running("bkt"):
+            storage.push(self.text, "gs://bkt/models/tiny", mark_complete=True)
+            local = base_model.resolve("gs://bkt/models/tiny", run_dir=None)
+            self.assertTrue(local.startswith(os.environ[storage.CACHE_ENV]), local)
+            self.assertEqual(base_model.read_config(local), base_model.read_config(self.text))
+            self.assertLen(base_model.safetensors_files(local),
+                           len(base_model.safetensors_files(self.text)))
+            stamp = os.path.getmtime(os.path.join(local, "config.json"))
+            self.assertEqual(base_model.resolve("gs://bkt/models/tiny", run_dir=None), local)
+            self.assertEqual(os.path.getmtime(os.path.join(local, "config.json")), stamp)
 
     def test_a_save_over_another_leaves_nothing_of_it(self):
         directory = os.path.join(self.create_tempdir().full_path, "base")

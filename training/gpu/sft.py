@@ -76,6 +76,8 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     config = _CONFIG.value
     workdir = config_cli.user_path(_WORKDIR.value)
+    launching.processes_per_node(config.num_processes, _NNODES.value)  # splits evenly
+    launching.check_devices(config, _NNODES.value)
     if storage.is_url(workdir) and _NNODES.value > 1:
         raise cli.UserError(
             "a gs:// --workdir serves runs on one machine: with --nnodes > 1 each machine's "
@@ -84,7 +86,6 @@ def main(argv):
     if not _SHARED_FS.value:
         run_dir.check_shared(workdir, _NNODES.value)
     run_dir.prepare(workdir)  # no bucket, no credentials, no write access: one line
-    launching.check_devices(config, _NNODES.value)
     if config.num_processes > 1 and "LOCAL_RANK" not in os.environ:
         # Workers see the same flags; the workdir must not depend on their cwd.
         sys.argv = [a for a in sys.argv if not a.startswith("--workdir")] + [f"--workdir={workdir}"]

@@ -17,8 +17,9 @@ once its commit marker (COMMIT_MARKER, written last, as Orbax marks a finished
 checkpoint) exists; `fetch` refuses a folder without one when asked to.
 
 STORAGE_EMULATOR_HOST, the variable Google's own clients read, routes all gs://
-traffic to a GCS API emulator; `configure()` (run by every binary through
-common/cli.py) points tensorstore and gcsfs at it too.
+traffic to a GCS API emulator; `configure()`, run by the first gs:// access
+here (every stage probes its location first, before Orbax opens a bucket),
+points tensorstore and gcsfs at it too.
 """
 
 import contextlib
@@ -34,6 +35,8 @@ from common import cli
 SCHEME = "gs://"
 COMMIT_MARKER = ".g4_complete"
 _FETCHED = ".g4_fetched.json"  # what a local copy holds: object generations by name
+_PUSHED = ".g4_pushed.json"  # what a mirror uploaded: (size, mtime) by name
+_BOOKKEEPING = (_FETCHED, _PUSHED, COMMIT_MARKER)  # never uploaded
 CACHE_ENV = "G4_CACHE_DIR"
 
 
@@ -303,7 +306,7 @@ def push(local_dir, url, names=None, *, mark_complete=False):
             files.append(name)
         for directory, _, found in os.walk(top):
             files += [os.path.relpath(os.path.join(directory, f), local_dir) for f in found]
-    files = [f for f in files if os.path.basename(f) not in (_FETCHED, COMMIT_MARKER)]
+    files = [f for f in files if os.path.basename(f) not in _BOOKKEEPING]
     total = sum(os.path.getsize(os.path.join(local_dir, f)) for f in files)
     with _progress(total, f"upload {url}") as bar:
         for name in sorted(files):
@@ -317,7 +320,8 @@ def push(local_dir, url, names=None, *, mark_complete=False):
 def output_dir(where, overwrite=False):
     """Yields a fresh local folder that becomes `where` on success, whole: a local
     folder renamed into place, or objects uploaded with the commit marker last.
-    An error leaves nothing at `where` (an old complete output stays as it was)."""
+    An error in the body leaves `where` as it was. In a bucket, an upload cut
+    short leaves objects without the marker, which readers refuse (`fetch`)."""
     if not is_url(where):
         with _atomic_local_dir(where, overwrite) as tmp:
             yield tmp
@@ -386,8 +390,8 @@ class Mirror:
     (TensorBoard, Hugging Face's Trainer) or append (metrics.jsonl).
 
     For a local location the copy is the location itself and pull/push do
-    nothing; for a URL it is a cache folder: `pull` copies objects down,
-    `push` uploads what changed, at the writer's commit points.
+    nothing; for a URL it is a cache folder: `pull` copies objects down, `push`
+    uploads the files that changed since they were pulled or pushed.
     """
 
     def __init__(self, where, clear=False):
@@ -399,6 +403,21 @@ class Mirror:
         if self.remote and clear:
             shutil.rmtree(self.local, ignore_errors=True)
         os.makedirs(self.local, exist_ok=True)
+        self._record = os.path.join(self.local, _PUSHED)
+
+    def _stats(self):
+        """{name: [size, mtime_ns]} of the files the copy holds."""
+        stats = {}
+        for directory, _, files in os.walk(self.local):
+            for f in files:
+                if f not in _BOOKKEEPING and ".part" not in f:
+                    path = os.path.join(directory, f)
+                    info = os.stat(path)
+                    stats[os.path.relpath(path, self.local)] = [info.st_size, info.st_mtime_ns]
+        return stats
+
+    def _held(self):
+        return json.loads(read_text(self._record)) if os.path.exists(self._record) else {}
 
     def pull(self, only=None):
         if self.remote and _fs().exists(_key(self.where)):
@@ -407,8 +426,15 @@ class Mirror:
             except StorageError as e:
                 if "no objects" not in str(e):
                     raise
+            write_json(self._record, {**self._held(), **self._stats()})
         return self.local
 
     def push(self, names=None):
-        if self.remote:
-            push(self.local, self.where, names)
+        """Uploads what changed (under `names` only, when given)."""
+        if not self.remote:
+            return
+        held, stats = self._held(), self._stats()
+        changed = [name for name, stat in stats.items() if held.get(name) != stat and (
+            names is None or any(name == n or name.startswith(n + os.sep) for n in names))]
+        push(self.local, self.where, changed)
+        write_json(self._record, {**held, **{name: stats[name] for name in changed}})

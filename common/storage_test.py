@@ -180,6 +180,15 @@ class BucketTest(absltest.TestCase):
         again.pull()
         with open(os.path.join(again.local, "metrics.jsonl")) as f:
             self.assertEqual(f.read(), '{"step": 1}\n')
+        # Only what changed since the pull or the last push is uploaded.
+        storage.remove("gs://bkt/t/mirror/metrics.jsonl")
+        again.push()
+        self.assertFalse(storage.exists("gs://bkt/t/mirror/metrics.jsonl"))
+        with open(os.path.join(again.local, "metrics.jsonl"), "a") as f:
+            f.write('{"step": 2}\n')
+        again.push()
+        self.assertEqual(storage.read_text("gs://bkt/t/mirror/metrics.jsonl"),
+                         '{"step": 1}\n{"step": 2}\n')
 
 
 if __name__ == "__main__":

@@ -72,6 +72,7 @@ class VerilogEvalTest(absltest.TestCase):
         with open(samples, "w") as f:
             f.write(json.dumps({"problem": zero.id,
                                 "completion": testing.reference_completion(zero)}) + "\n")
+        os.environ[storage.CACHE_ENV] = self.create_tempdir().full_path
         with gcs_emulator.running("bkt"):
             result = _run(f"--samples={samples}", "--out_dir=gs://bkt/eval", "--workers=1")
             self.assertEqual(result.returncode, 0, result.stderr[-3000:])

@@ -27,6 +27,7 @@ from absl import flags
 from common import cli
 from common import config_cli
 from data import codev
+from data import sources
 from data import packing
 from data import pipeline
 from data import tokenizer as tokenizer_lib
@@ -45,7 +46,7 @@ LOG_MU, LOG_SIGMA = 6.7067, 0.4895
 def synthetic_rows(path, rows, tokenizer, seed=0, max_tokens=3000):
     """Rows of the CodeV-R1 schema whose token counts follow the real profile."""
     words = []
-    for row in codev.read_rows(codev.SAMPLE):
+    for row in codev.read_rows(sources.SAMPLE):
         words += row.prompt.split() + row.response.split()
     tokens_per_word = len(tokenizer(" ".join(words))["input_ids"]) / len(words)
     rng = np.random.default_rng(seed)
@@ -72,8 +73,7 @@ def run(rows, max_seq_len, workdir):
     config.max_rows = 0
     config.max_seq_len = max_seq_len
     start = time.perf_counter()
-    examples, report = pipeline.encode_rows(
-        codev.read_rows(path), pipeline.encoder_for(tokenizer, config), config)
+    examples, report = pipeline.encode(config, tokenizer)
     ordered = pipeline.shuffled(examples, config.shuffle_seed)
     packed = packing.pack(ordered, max_seq_len, tokenizer.pad_token_id)
     seconds = time.perf_counter() - start

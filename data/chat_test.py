@@ -1,3 +1,4 @@
+import numpy as np
 from absl.testing import absltest
 
 from data import chat
@@ -18,12 +19,37 @@ CHATML_STYLE = (
 NO_SPECIAL_END = (
     "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}")
 
+# Tool calls rendered after the content, as Qwen-style templates do.
+TOOLS_AFTER_CONTENT = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] or '' }}"
+    "{% for c in m['tool_calls'] or [] %}<tool_call>{{ c['function']['name'] }}</tool_call>"
+    "{% endfor %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+# Shows past assistant turns without their content (as some reasoning templates do).
+DROPS_HISTORY = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n"
+    "{% if m['role'] != 'assistant' or loop.last %}{{ m['content'] }}{% endif %}<|im_end|>\n"
+    "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+
 MULTI_TURN = [
     {"role": "system", "content": "You write Verilog."},
     {"role": "user", "content": "Write an inverter."},
     {"role": "assistant", "content": testing.CODE},
     {"role": "user", "content": "Now a buffer."},
     {"role": "assistant", "content": "module buf1(input a, output y); assign y = a; endmodule"},
+]
+
+TOOLS = [{"type": "function", "function": {
+    "name": "pinout", "description": "Pin names of a logic part.",
+    "parameters": {"type": "object", "properties": {"part": {"type": "string"}},
+                   "required": ["part"]}}}]
+TOOL_CALL = [
+    {"role": "system", "content": "You know logic parts."},
+    {"role": "user", "content": "What is pin 1 of an SN74HC04?"},
+    {"role": "assistant", "content": None, "tool_calls": [
+        {"type": "function", "function": {"name": "pinout", "arguments": {"part": "SN74HC04"}}}]},
+    {"role": "tool", "content": "1A, 1Y, 2A, 2Y"},
+    {"role": "assistant", "content": "Pin 1 is 1A, an inverter input."},
 ]
 
 
@@ -45,27 +71,15 @@ class ChatEncoderTest(absltest.TestCase):
         super().setUpClass()
         cls.tokenizers = _tokenizers()
 
-    def _trained_spans(self, tokenizer, encoded):
-        """Decoded runs of consecutive trained tokens."""
-        spans, current = [], []
-        for token, trained in zip(encoded.input_ids.tolist(), encoded.loss_mask.tolist()):
-            if trained:
-                current.append(token)
-            elif current:
-                spans.append(tokenizer.decode(current))
-                current = []
-        if current:
-            spans.append(tokenizer.decode(current))
-        return spans
-
-    def test_last_assistant_turn_is_trained_after_the_generation_prompt(self):
+    def test_every_assistant_turn_is_trained_by_default(self):
         for name, (tokenizer, end_of_turn) in self.tokenizers.items():
             with self.subTest(name):
                 messages = MULTI_TURN[1:] if name == "gemma3" else MULTI_TURN
                 encoded = chat.ChatEncoder(tokenizer).encode(messages)
-                self.assertEqual(self._trained_spans(tokenizer, encoded),
-                                 [MULTI_TURN[4]["content"] + end_of_turn])
-                # The generation prompt for the history, then the turn as the template ends it.
+                expected = [MULTI_TURN[2]["content"].strip(), MULTI_TURN[4]["content"]]
+                self.assertEqual(testing.trained_spans(tokenizer, encoded),
+                                 [content + end_of_turn for content in expected])
+                # The served prompt for the last turn, then the turn as the template ends it.
                 prompt = tokenizer.apply_chat_template(
                     messages[:-1], tokenize=False, add_generation_prompt=True)
                 whole = tokenizer.apply_chat_template(messages, tokenize=False)
@@ -74,15 +88,52 @@ class ChatEncoderTest(absltest.TestCase):
                 if name != "gemma4":  # these templates open a model turn as history shows it
                     self.assertEqual(tokenizer.decode(encoded.input_ids), whole)
 
-    def test_earlier_assistant_turns_are_context(self):
+    def test_last_turn_only(self):
         for name, (tokenizer, end_of_turn) in self.tokenizers.items():
             with self.subTest(name):
                 end_id = tokenizer.convert_tokens_to_ids(end_of_turn)
-                encoded = chat.ChatEncoder(tokenizer).encode(MULTI_TURN[1:])
-                ids = encoded.input_ids.tolist()
-                ends = [i for i, t in enumerate(ids) if t == end_id]
+                every = chat.ChatEncoder(tokenizer).encode(MULTI_TURN[1:])
+                last = chat.ChatEncoder(tokenizer, turns="last").encode(MULTI_TURN[1:])
+                np.testing.assert_array_equal(every.input_ids, last.input_ids)
+                self.assertEqual(testing.trained_spans(tokenizer, last),
+                                 [MULTI_TURN[4]["content"] + end_of_turn])
+                ends = [i for i, t in enumerate(last.input_ids.tolist()) if t == end_id]
                 self.assertLen(ends, 4)  # user, model, user, model
-                self.assertEqual([int(encoded.loss_mask[i]) for i in ends], [0, 0, 0, 1])
+                self.assertEqual([int(last.loss_mask[i]) for i in ends], [0, 0, 0, 1])
+                self.assertEqual([int(every.loss_mask[i]) for i in ends], [0, 1, 0, 1])
+
+    def test_tool_calls_are_trained_and_tools_reach_the_template(self):
+        tokenizer, _ = self.tokenizers["gemma4"]
+        encoded = chat.ChatEncoder(tokenizer).encode(TOOL_CALL, tools=TOOLS)
+        text = tokenizer.decode(encoded.input_ids)
+        self.assertIn("<|tool>declaration:pinout", text)
+        self.assertEqual(testing.trained_spans(tokenizer, encoded), [
+            "<|tool_call>call:pinout{part:<|\"|>SN74HC04<|\"|>}<tool_call|><turn|>",
+            "Pin 1 is 1A, an inverter input.<turn|>"])
+        prompt = tokenizer.apply_chat_template(
+            TOOL_CALL[:-1], tools=TOOLS, tokenize=False, add_generation_prompt=True)
+        prompt_ids = tokenizer(prompt, add_special_tokens=False)["input_ids"]
+        self.assertEqual(encoded.input_ids[:len(prompt_ids)].tolist(), prompt_ids)
+        self.assertEqual(int(encoded.loss_mask[len(prompt_ids)]), 1)
+
+    def test_tool_calls_after_the_content(self):
+        tokenizer = tokenizer_lib.build_tokenizer(
+            chat_tokens=("<|im_start|>", "<|im_end|>", "<tool_call>", "</tool_call>"),
+            chat_template=TOOLS_AFTER_CONTENT)
+        messages = [{"role": "user", "content": "Pinout?"},
+                    {**TOOL_CALL[2], "content": "Looking it up."}]
+        encoded = chat.ChatEncoder(tokenizer).encode(messages)
+        self.assertEqual(testing.trained_spans(tokenizer, encoded),
+                         ["Looking it up.<tool_call>pinout</tool_call><|im_end|>"])
+
+    def test_template_that_rewrites_history_trains_the_last_turn_only(self):
+        tokenizer = tokenizer_lib.build_tokenizer(
+            chat_tokens=("<|im_start|>", "<|im_end|>"), chat_template=DROPS_HISTORY)
+        with self.assertRaisesRegex(chat.TemplateError, "drops or rewrites"):
+            chat.ChatEncoder(tokenizer).encode(MULTI_TURN[1:])
+        encoded = chat.ChatEncoder(tokenizer, turns="last").encode(MULTI_TURN[1:])
+        self.assertEqual(testing.trained_spans(tokenizer, encoded),
+                         [MULTI_TURN[4]["content"] + "<|im_end|>"])
 
     def test_prompt_tokens_match_the_generation_prompt(self):
         tokenizer, _ = self.tokenizers["gemma4"]
@@ -106,7 +157,7 @@ class ChatEncoderTest(absltest.TestCase):
             codev.to_messages(row, "keep_thinking", "keep"))
         text = tokenizer.decode(kept.input_ids)
         self.assertIn("<|turn>system\n<|think|>Be terse.<turn|>", text)
-        trained = self._trained_spans(tokenizer, kept)
+        trained = testing.trained_spans(tokenizer, kept)
         self.assertLen(trained, 1)
         self.assertTrue(trained[0].startswith("<|channel>thought\nAn inverter is one assign."))
 

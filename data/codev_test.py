@@ -7,6 +7,7 @@ from absl.testing import absltest
 from common import gcs_emulator
 from common import storage
 from data import codev
+from data import sources
 from data import testing
 
 
@@ -20,20 +21,20 @@ class ReadRowsTest(absltest.TestCase):
             testing.record(prompt=7),                           # 4
             testing.record(response="   "),                     # 5
             "[1, 2]",                                           # 6 not an object
-            testing.record(system=None),                        # 7
+            testing.record(system=None),                        # 7 ok: system is optional
             testing.record(),                                   # 8 ok
         ]
         path = testing.write_jsonl(self.create_tempdir().full_path, lines)
         items = list(codev.read_rows(path))
         self.assertLen(items, 8)
-        self.assertEqual([i.number for i in items if isinstance(i, codev.Row)], [1, 8])
-        skips = {i.number: (i.reason, i.detail) for i in items if isinstance(i, codev.Skip)}
-        self.assertEqual(skips[2][0], codev.INVALID_JSON)
-        self.assertEqual(skips[3], (codev.MISSING_FIELD, "response"))
-        self.assertEqual(skips[4], (codev.NOT_A_STRING, "prompt"))
-        self.assertEqual(skips[5], (codev.EMPTY, "response"))
-        self.assertEqual(skips[6][0], codev.INVALID_JSON)
-        self.assertEqual(skips[7], (codev.MISSING_FIELD, "system"))
+        self.assertEqual([i.number for i in items if isinstance(i, codev.Row)], [1, 7, 8])
+        skips = {i.number: (i.reason, i.detail) for i in items if isinstance(i, sources.Skip)}
+        self.assertEqual(skips[2][0], sources.INVALID_JSON)
+        self.assertEqual(skips[3], (sources.MISSING_FIELD, "response"))
+        self.assertEqual(skips[4], (sources.NOT_A_STRING, "prompt"))
+        self.assertEqual(skips[5], (sources.EMPTY, "response"))
+        self.assertEqual(skips[6][0], sources.INVALID_JSON)
+        self.assertEqual(items[6].system, "")
 
     def test_first_n_rows(self):
         path = testing.write_jsonl(self.create_tempdir().full_path, [testing.record()] * 10)
@@ -46,13 +47,7 @@ class ReadRowsTest(absltest.TestCase):
         pq.write_table(pa.Table.from_pylist(rows), path)
         items = list(codev.read_rows(path))
         self.assertIsInstance(items[0], codev.Row)
-        self.assertEqual((items[1].number, items[1].reason), (2, codev.EMPTY))
-
-    def test_parquet_missing_column_is_one_clear_error(self):
-        path = os.path.join(self.create_tempdir().full_path, "rows.parquet")
-        pq.write_table(pa.Table.from_pylist([{"prompt": "p", "answer": "a"}]), path)
-        with self.assertRaisesRegex(codev.DataError, "no column.*system, response"):
-            list(codev.read_rows(path))
+        self.assertEqual((items[1].number, items[1].reason), (2, sources.EMPTY))
 
     def test_a_source_in_a_bucket(self):
         path = testing.write_jsonl(self.create_tempdir().full_path,
@@ -69,16 +64,16 @@ class ReadRowsTest(absltest.TestCase):
         self.assertEqual([item.prompt for item in items][1], "second")
 
     def test_unreadable_source(self):
-        with self.assertRaisesRegex(codev.DataError, "neither a file"):
+        with self.assertRaisesRegex(sources.DataError, "neither a file"):
             list(codev.read_rows("/no/such/file.jsonl"))
         corrupt = os.path.join(self.create_tempdir().full_path, "bad.parquet")
         with open(corrupt, "wb") as f:
             f.write(b"not parquet at all")
-        with self.assertRaisesRegex(codev.DataError, "bad.parquet"):
+        with self.assertRaisesRegex(sources.DataError, "bad.parquet"):
             list(codev.read_rows(corrupt))
 
     def test_sample_is_readable(self):
-        items = list(codev.read_rows(codev.SAMPLE))
+        items = list(codev.read_rows(sources.SAMPLE))
         self.assertGreaterEqual(len(items), 32)
         self.assertTrue(all(isinstance(i, codev.Row) for i in items))
 
@@ -97,12 +92,12 @@ class ResponseTest(absltest.TestCase):
 
     def test_malformed(self):
         cases = {
-            "<think>never closed " + testing.CODE: codev.UNCLOSED_THINK,
-            "<think>x</think>\n<answer>  </answer>": codev.EMPTY,
-            "<think>x</think>\n<answer>Just prose, no design.</answer>": codev.NO_CODE,
+            "<think>never closed " + testing.CODE: sources.UNCLOSED_THINK,
+            "<think>x</think>\n<answer>  </answer>": sources.EMPTY,
+            "<think>x</think>\n<answer>Just prose, no design.</answer>": sources.NO_CODE,
         }
         for response, reason in cases.items():
-            with self.assertRaises(codev.SkipRow) as raised:
+            with self.assertRaises(sources.SkipRow) as raised:
                 codev.split_response(response)
             self.assertEqual(raised.exception.reason, reason)
 
@@ -115,7 +110,7 @@ class ResponseTest(absltest.TestCase):
         self.assertEqual([m["role"] for m in kept], ["system", "user", "assistant"])
         self.assertTrue(kept[-1]["content"].startswith(
             "<|channel>thought\nAn inverter is one assign.<channel|>Here it is."))
-        with self.assertRaisesRegex(codev.DataError, "unknown response policy"):
+        with self.assertRaisesRegex(sources.DataError, "unknown response policy"):
             codev.to_messages(row, "keep_everything")
 
 

@@ -18,7 +18,7 @@ class InspectTest(absltest.TestCase):
 
     def test_sample_with_json(self):
         out = os.path.join(self.create_tempdir().full_path, "figures.json")
-        result = _run("--input=sample", "--max_seq_len=1024", f"--output_json={out}")
+        result = _run("--data.source=sample", "--data.max_seq_len=1024", f"--output_json={out}")
         self.assertEqual(result.returncode, 0, result.stderr)
         with open(out) as f:
             figures = json.load(f)
@@ -35,7 +35,7 @@ class InspectTest(absltest.TestCase):
         source = testing.write_jsonl(self.create_tempdir().full_path, [
             testing.record(), "{broken", testing.record(response="")])
         out = os.path.join(self.create_tempdir().full_path, "figures.json")
-        result = _run(f"--input={source}", f"--output_json={out}")
+        result = _run(f"--data.source={source}", f"--output_json={out}")
         self.assertEqual(result.returncode, 0, result.stderr)
         with open(out) as f:
             figures = json.load(f)
@@ -46,12 +46,12 @@ class InspectTest(absltest.TestCase):
 
     def test_fails_loudly_when_nothing_is_trained(self):
         source = testing.write_jsonl(self.create_tempdir().full_path, ["{broken", "[]"])
-        result = _run(f"--input={source}")
+        result = _run(f"--data.source={source}")
         self.assertNotEqual(result.returncode, 0)
         self.assertIn("no token would be trained", result.stderr)
 
     def test_missing_file_is_one_clear_error(self):
-        result = _run("--input=/no/such/rows.jsonl")
+        result = _run("--data.source=/no/such/rows.jsonl")
         self.assertNotEqual(result.returncode, 0)
         self.assertIn("neither a file", result.stderr)
 

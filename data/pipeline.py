@@ -1,4 +1,4 @@
-"""CodeV-R1 rows -> chat -> token ids + loss masks -> shuffled, padded or packed sequences.
+"""Rows -> conversations -> token ids + loss masks -> shuffled, padded or packed sequences.
 
 This is the one implementation both training stacks consume (through the Grain
 and Hugging Face views in data/views.py), so a row gets the same tokens and the
@@ -13,8 +13,9 @@ import numpy as np
 from ml_collections import config_dict
 
 from data import chat
-from data import codev
+from data import formats
 from data import packing
+from data import sources
 
 LONG_ROW_POLICIES = ("drop", "truncate")
 _CHUNK = 512  # rows rendered and tokenized per batched tokenizer call
@@ -23,14 +24,21 @@ _CHUNK = 512  # rows rendered and tokenized per batched tokenizer call
 def default_config():
     """The data fields of the training config (training/common/hparams.py adds them)."""
     c = config_dict.ConfigDict()
-    c.source = "zhuyaoyu/CodeV-R1-dataset"  # Hub id, local .jsonl/.parquet, or "sample"
-    c.data_file = "codev_r1_sft.jsonl"
-    c.max_rows = 10_000  # the first N rows of the source; 0 reads all
+    # "sample", a file (.jsonl, .json, .parquet, .csv) or a folder written by
+    # datasets, local or gs://; a file of a Hub data set as
+    # hf://datasets/OWNER/NAME/FILE; or a Hub data set id read by datasets.
+    c.source = "hf://datasets/zhuyaoyu/CodeV-R1-dataset/codev_r1_sft.jsonl"
+    c.format = "auto"  # messages, prompt_completion or codev; auto: from the columns
+    c.columns = ""  # renames columns first: "question=prompt,answer=completion"
+    c.subset = ""  # a Hub data set's subset (its config name)
+    c.split = "train"  # the split of a Hub data set or of a datasets folder
+    c.max_rows = 0  # the first N rows of the source (0: all); the rest are counted
     c.shuffle_seed = 42
     c.max_seq_len = 3072
     c.epochs = 1
-    c.response_policy = "strip_thinking"  # or keep_thinking
-    c.system_policy = "drop"  # or keep
+    c.turns = "all"  # train every assistant turn, or only the last ("last")
+    c.response_policy = "strip_thinking"  # codev profile: or keep_thinking
+    c.system_policy = "auto"  # keep or drop; auto drops them for codev only
     c.long_rows = "drop"  # or truncate
     c.packing = False
     return c
@@ -40,42 +48,60 @@ def default_config():
 class Report:
     """What happened to the rows: the figures `//data:inspect` prints."""
     rows_read: int = 0
+    not_read: int = 0  # rows past data.max_rows
+    format: str = ""
     kept: int = 0
     dropped: dict = dataclasses.field(default_factory=lambda: collections.Counter())
     dropped_rows: dict = dataclasses.field(default_factory=lambda: collections.defaultdict(list))
+    first_detail: dict = dataclasses.field(default_factory=dict)  # reason -> an example
     lengths: list = dataclasses.field(default_factory=list)
     trained_tokens: int = 0
 
-    def drop(self, number, reason):
+    def drop(self, number, reason, detail=""):
         self.dropped[reason] += 1
         self.dropped_rows[reason].append(number)
+        if detail and reason not in self.first_detail:
+            self.first_detail[reason] = f"row {number}: {detail}"
 
     @property
     def total_tokens(self):
         return int(sum(self.lengths))
 
 
-def encode_rows(rows, encoder, config, progress=None):
-    """Encodes `Row`/`Skip` items into examples; bad rows are counted, never raised."""
+def encode_rows(conversations, encoder, config, progress=None):
+    """Encodes (row number, Conversation) and `Skip` items into examples; bad rows are
+    counted, never raised."""
     if config.long_rows not in LONG_ROW_POLICIES:
-        raise codev.DataError(f"long_rows must be one of {LONG_ROW_POLICIES}, got {config.long_rows!r}")
+        raise sources.DataError(f"long_rows must be one of {LONG_ROW_POLICIES}, got {config.long_rows!r}")
     report = Report()
     examples = []
-    pending = []  # (row number, messages)
+    pending = []  # (row number, conversation)
 
     def flush():
-        for (number, _), example in zip(pending, encoder.encode_many([m for _, m in pending])):
+        encoded = []
+        try:
+            encoded = encoder.encode_many([c for _, c in pending])
+        except chat.TemplateError:  # find the rows the template cannot render, one by one
+            for number, conversation in pending:
+                try:
+                    encoded += encoder.encode_many([conversation])
+                except chat.TemplateError as e:
+                    report.drop(number, sources.TEMPLATE, str(e))
+                    encoded.append(None)
+        for (number, _), example in zip(pending, encoded):
+            if example is None:
+                continue
             if np.isin(example.input_ids, encoder.media_ids).any():
-                report.drop(number, codev.MEDIA_TOKEN)
+                report.drop(number, sources.MEDIA_TOKEN)
                 continue
             if len(example) > config.max_seq_len:
                 if config.long_rows == "drop":
-                    report.drop(number, codev.TOO_LONG)
+                    report.drop(number, sources.TOO_LONG)
                     continue
                 example = chat.Encoded(example.input_ids[:config.max_seq_len],
                                        example.loss_mask[:config.max_seq_len])
                 if not example.loss_mask.any():
-                    report.drop(number, codev.TOO_LONG)
+                    report.drop(number, sources.TOO_LONG)
                     continue
             report.kept += 1
             report.lengths.append(len(example))
@@ -85,27 +111,31 @@ def encode_rows(rows, encoder, config, progress=None):
             progress.update(len(pending))
         pending.clear()
 
-    for item in rows:
+    for item in conversations:
         report.rows_read += 1
-        if isinstance(item, codev.Skip):
-            report.drop(item.number, item.reason)
-            continue
-        try:
-            messages = codev.to_messages(item, config.response_policy, config.system_policy)
-        except codev.SkipRow as skip:
-            report.drop(item.number, skip.reason)
-            continue
-        pending.append((item.number, messages))
+        if isinstance(item, sources.Skip):
+            report.drop(item.number, item.reason, item.detail)
+        else:
+            pending.append(item)
         if len(pending) >= _CHUNK:
             flush()
     flush()
+    report.format = getattr(conversations, "format", None) or ""
+    records = getattr(conversations, "records", None)
+    report.not_read = records.not_read if records is not None else 0
     return examples, report
 
 
 def encoder_for(tokenizer, config):
     """The chat encoder for `config`: thinking mode on when reasoning is kept."""
     kwargs = {"enable_thinking": True} if config.response_policy == "keep_thinking" else {}
-    return chat.ChatEncoder(tokenizer, **kwargs)
+    return chat.ChatEncoder(tokenizer, turns=config.turns, **kwargs)
+
+
+def encode(config, tokenizer, progress=None):
+    """Reads and encodes the data set `config` describes: (examples, Report)."""
+    return encode_rows(formats.Conversations(config), encoder_for(tokenizer, config), config,
+                       progress)
 
 
 def shuffled(examples, seed, epochs=1):
@@ -128,10 +158,9 @@ class Prepared:
 
 def prepare(config, tokenizer, progress=None):
     """Reads, encodes, shuffles and pads/packs the data set `config` describes."""
-    rows = codev.read_rows(config.source, config.data_file, config.max_rows)
-    examples, report = encode_rows(rows, encoder_for(tokenizer, config), config, progress)
+    examples, report = encode(config, tokenizer, progress)
     if report.trained_tokens == 0:
-        raise codev.DataError(
+        raise sources.DataError(
             f"no token to train on: {report.rows_read} rows read, {report.kept} kept, "
             f"dropped {dict(report.dropped)}")
     ordered = shuffled(examples, config.shuffle_seed, config.epochs)

@@ -1,19 +1,14 @@
 import numpy as np
 from absl.testing import absltest
 
-from data import codev
 from data import pipeline
+from data import sources
 from data import testing
 from data import tokenizer as tokenizer_lib
 
 
 def _config(source, **overrides):
-    config = pipeline.default_config()
-    config.source = source
-    config.max_rows = 0
-    config.max_seq_len = 512
-    config.update(overrides)
-    return config
+    return testing.data_config(source=source, **overrides)
 
 
 class PipelineTest(absltest.TestCase):
@@ -38,17 +33,15 @@ class PipelineTest(absltest.TestCase):
             testing.record(),
             testing.record(prompt="Draw it like <|image|> shows."),
         ])
-        examples, report = pipeline.encode_rows(
-            codev.read_rows(source), pipeline.encoder_for(self.tokenizer, _config(source)),
-            _config(source))
+        examples, report = pipeline.encode(_config(source), self.tokenizer)
         self.assertEqual(report.rows_read, 8)
         self.assertEqual(report.kept, 2)
         self.assertLen(examples, 2)
         self.assertEqual(dict(report.dropped), {
-            codev.INVALID_JSON: 1, codev.UNCLOSED_THINK: 1, codev.NO_CODE: 1,
-            codev.TOO_LONG: 1, codev.EMPTY: 1, codev.MEDIA_TOKEN: 1})
-        self.assertEqual(report.dropped_rows[codev.MEDIA_TOKEN], [8])
-        self.assertEqual(report.dropped_rows[codev.TOO_LONG], [5])
+            sources.INVALID_JSON: 1, sources.UNCLOSED_THINK: 1, sources.NO_CODE: 1,
+            sources.TOO_LONG: 1, sources.EMPTY: 1, sources.MEDIA_TOKEN: 1})
+        self.assertEqual(report.dropped_rows[sources.MEDIA_TOKEN], [8])
+        self.assertEqual(report.dropped_rows[sources.TOO_LONG], [5])
         self.assertEqual(report.trained_tokens, sum(int(e.loss_mask.sum()) for e in examples))
         self.assertEqual(report.total_tokens, sum(len(e) for e in examples))
 
@@ -56,8 +49,7 @@ class PipelineTest(absltest.TestCase):
         source = self._source([testing.record(response=(
             "<think>t</think><answer>" + testing.CODE + "\n// filler" * 600 + "</answer>"))])
         config = _config(source, long_rows="truncate", max_seq_len=64)
-        examples, report = pipeline.encode_rows(
-            codev.read_rows(source), pipeline.encoder_for(self.tokenizer, config), config)
+        examples, report = pipeline.encode(config, self.tokenizer)
         self.assertEqual(report.kept, 1)
         self.assertLen(examples[0], 64)
         self.assertTrue(examples[0].loss_mask.any())
@@ -65,19 +57,18 @@ class PipelineTest(absltest.TestCase):
     def test_truncation_that_leaves_nothing_to_train_drops_the_row(self):
         source = self._source([testing.record(prompt="Explain. " * 300)])
         config = _config(source, long_rows="truncate", max_seq_len=64)
-        _, report = pipeline.encode_rows(
-            codev.read_rows(source), pipeline.encoder_for(self.tokenizer, config), config)
-        self.assertEqual(dict(report.dropped), {codev.TOO_LONG: 1})
+        _, report = pipeline.encode(config, self.tokenizer)
+        self.assertEqual(dict(report.dropped), {sources.TOO_LONG: 1})
 
     def test_no_trained_token_fails_loudly(self):
         source = self._source(["{broken"] * 3)
-        with self.assertRaisesRegex(codev.DataError, "no token to train on: 3 rows read"):
+        with self.assertRaisesRegex(sources.DataError, "no token to train on: 3 rows read"):
             pipeline.prepare(_config(source), self.tokenizer)
 
     def test_prepare_sample(self):
         for packing in (False, True):
             prepared = pipeline.prepare(
-                _config(codev.SAMPLE, packing=packing), self.tokenizer)
+                _config(sources.SAMPLE, packing=packing), self.tokenizer)
             sequences = prepared.sequences
             self.assertEqual(sequences["input_ids"].shape[1], 512)
             self.assertEqual(int(sequences["loss_mask"].sum()), prepared.report.trained_tokens)

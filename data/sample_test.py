@@ -9,6 +9,7 @@ import tempfile
 from absl.testing import absltest
 
 from data import codev
+from data import sources
 
 _FENCED = re.compile(r"```verilog\n(.*?)```", re.DOTALL)
 
@@ -16,7 +17,7 @@ _FENCED = re.compile(r"```verilog\n(.*?)```", re.DOTALL)
 class SampleDataTest(absltest.TestCase):
 
     def test_rows(self):
-        items = list(codev.read_rows(codev.SAMPLE))
+        items = list(codev.read_rows(sources.SAMPLE))
         self.assertGreaterEqual(len(items), 32)
         for item in items:
             self.assertIsInstance(item, codev.Row, item)
@@ -29,7 +30,7 @@ class SampleDataTest(absltest.TestCase):
         iverilog = shutil.which("iverilog")
         self.assertIsNotNone(iverilog, "iverilog is required (./bazelw installs it)")
         failures = []
-        for row in codev.read_rows(codev.SAMPLE):
+        for row in codev.read_rows(sources.SAMPLE):
             code = _FENCED.search(codev.split_response(row.response)[1]).group(1)
             with tempfile.TemporaryDirectory() as tmp:
                 source = os.path.join(tmp, "design.sv")

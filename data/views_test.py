@@ -1,9 +1,10 @@
 import numpy as np
 from absl.testing import absltest
 
-from data import codev
 from data import packing
 from data import pipeline
+from data import sources
+from data import testing
 from data import tokenizer as tokenizer_lib
 from data import views
 
@@ -19,35 +20,51 @@ class ViewsTest(absltest.TestCase):
         cls.prepared = {}
         for packed in (False, True):
             config = pipeline.default_config()
-            config.source = codev.SAMPLE
+            config.source = sources.SAMPLE
             config.max_rows = 0
             config.max_seq_len = 384
             config.packing = packed
             cls.prepared[packed] = pipeline.prepare(config, tokenizer).sequences
 
+    def _assert_views_agree(self, sequences):
+        grain_batches = list(views.grain_batches(sequences, BATCH))
+        dataset = views.hf_dataset(sequences)
+        self.assertLen(grain_batches, len(dataset) // BATCH)
+        for step, batch in enumerate(grain_batches):
+            rows = [dataset[i] for i in range(step * BATCH, (step + 1) * BATCH)]
+            for grain_name, hf_name in (("input_ids", "input_ids"),
+                                        ("loss_mask", "completion_mask"),
+                                        ("segment_ids", "segment_ids"),
+                                        ("positions", "position_ids")):
+                np.testing.assert_array_equal(
+                    batch[grain_name], np.asarray([r[hf_name] for r in rows]))
+            hf = views.collate(rows)
+            np.testing.assert_array_equal(batch["input_ids"], hf["input_ids"].numpy())
+            np.testing.assert_array_equal(batch["positions"], hf["position_ids"].numpy())
+            np.testing.assert_array_equal(batch["segment_ids"] > 0,
+                                          hf["attention_mask"].numpy() == 1)
+            labels = hf["labels"].numpy()
+            trained = batch["loss_mask"] == 1
+            np.testing.assert_array_equal(labels[trained], batch["input_ids"][trained])
+            self.assertTrue((labels[~trained] == views.IGNORE_INDEX).all())
+
     def test_grain_and_hf_views_yield_identical_batches(self):
         for packed, sequences in self.prepared.items():
             with self.subTest(packed=packed):
-                grain_batches = list(views.grain_batches(sequences, BATCH))
-                dataset = views.hf_dataset(sequences)
-                self.assertLen(grain_batches, len(dataset) // BATCH)
-                for step, batch in enumerate(grain_batches):
-                    rows = [dataset[i] for i in range(step * BATCH, (step + 1) * BATCH)]
-                    for grain_name, hf_name in (("input_ids", "input_ids"),
-                                                ("loss_mask", "completion_mask"),
-                                                ("segment_ids", "segment_ids"),
-                                                ("positions", "position_ids")):
-                        np.testing.assert_array_equal(
-                            batch[grain_name], np.asarray([r[hf_name] for r in rows]))
-                    hf = views.collate(rows)
-                    np.testing.assert_array_equal(batch["input_ids"], hf["input_ids"].numpy())
-                    np.testing.assert_array_equal(batch["positions"], hf["position_ids"].numpy())
-                    np.testing.assert_array_equal(batch["segment_ids"] > 0,
-                                                  hf["attention_mask"].numpy() == 1)
-                    labels = hf["labels"].numpy()
-                    trained = batch["loss_mask"] == 1
-                    np.testing.assert_array_equal(labels[trained], batch["input_ids"][trained])
-                    self.assertTrue((labels[~trained] == views.IGNORE_INDEX).all())
+                self._assert_views_agree(sequences)
+
+    def test_each_format_gives_both_stacks_the_same_tokens_and_masks(self):
+        tokenizer = tokenizer_lib.build_tokenizer()
+        for name, overrides in testing.write_user_data(
+                self.create_tempdir().full_path).items():
+            for packed in (False, True):
+                with self.subTest(name, packed=packed):
+                    config = pipeline.default_config()
+                    config.update(overrides, max_seq_len=256, packing=packed, epochs=4)
+                    prepared = pipeline.prepare(config, tokenizer)
+                    self.assertEqual(int(prepared.sequences["loss_mask"].sum()),
+                                     4 * prepared.report.trained_tokens)
+                    self._assert_views_agree(prepared.sequences)
 
     def test_process_slices_concatenate_to_the_global_batch(self):
         sequences = self.prepared[True]

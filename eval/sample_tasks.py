@@ -32,6 +32,7 @@ from absl import flags
 from common import cli
 from common import config_cli
 from data import codev
+from data import sources
 from eval import extract
 from eval import problems as problems_lib
 
@@ -231,14 +232,14 @@ def write_dataset(source, out_dir):
     """
     ids, skipped, files = [], {}, {}
     for row in codev.read_rows(source):
-        if isinstance(row, codev.Skip):
+        if isinstance(row, sources.Skip):
             skipped[row.number] = row.reason
             continue
         try:
             _, answer = codev.split_response(row.response)
             problem_id, texts = problem_files(row.number, row.prompt,
                                               extract.extract(answer).code)
-        except (codev.SkipRow, SampleTaskError) as e:
+        except (sources.SkipRow, SampleTaskError) as e:
             skipped[row.number] = str(e)
             continue
         ids.append(problem_id)
@@ -262,7 +263,7 @@ def write_dataset(source, out_dir):
     return ids, skipped
 
 
-_SOURCE = flags.DEFINE_string("source", codev.SAMPLE, "CodeV-R1 rows: a .jsonl file or folder "
+_SOURCE = flags.DEFINE_string("source", sources.SAMPLE, "CodeV-R1 rows: a .jsonl file or folder "
                               "(default: the embedded sample tasks).")
 _OUT = flags.DEFINE_string("out", None, "The data set folder to write (replaced).")
 

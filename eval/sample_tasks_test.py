@@ -4,6 +4,7 @@ import re
 from absl.testing import absltest
 
 from data import codev
+from data import sources
 from eval import judge as judge_lib
 from eval import problems
 from eval import sample_tasks
@@ -59,12 +60,12 @@ class DatasetTest(absltest.TestCase):
     def setUpClass(cls):
         super().setUpClass()
         cls.dir = os.path.join(absltest.get_default_test_tmpdir(), "sample-tasks")
-        cls.ids, cls.skipped = sample_tasks.write_dataset(codev.SAMPLE, cls.dir)
+        cls.ids, cls.skipped = sample_tasks.write_dataset(sources.SAMPLE, cls.dir)
         cls.problems = problems.load(cls.dir)
         cls.judge = _judge()
 
     def test_every_row_is_a_problem_whose_reference_passes(self):
-        rows = [r for r in codev.read_rows(codev.SAMPLE) if isinstance(r, codev.Row)]
+        rows = [r for r in codev.read_rows(sources.SAMPLE) if isinstance(r, codev.Row)]
         self.assertLen(self.ids, len(rows))
         self.assertEqual(self.skipped, {})
         self.assertEqual([p.id for p in self.problems], self.ids)

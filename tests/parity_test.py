@@ -1,6 +1,9 @@
 """Cross-stack parity: the TPU stack (Tunix + Qwix + Optax) and the GPU stack
 (transformers + PEFT + torch AdamW) train the same tiny base on the same rows
 from the same LoRA initialization (B = 0, the same A), dropout 0, float32.
+The rows are in the `messages` format: 36 sample tasks and a user's 4 chats
+(data/testing.py: several turns, system prompts, answers that are not Verilog,
+a tool call), every answer trained.
 
 Step-1 losses agree within 1e-4 relative and all of the first 5 within 1e-3;
 the losses per step are printed for the record.
@@ -15,6 +18,9 @@ import numpy as np
 from absl.testing import absltest
 
 from conversion import exporting
+from data import codev
+from data import sources
+from data import testing as data_testing
 from training.common import hparams
 from training.common import run_dir as run_dir_lib
 from training.formats import adapter
@@ -29,6 +35,7 @@ from training.tpu.configs import cpu as tpu_cpu
 from training.tpu.configs import v5p8
 
 STEPS = 5
+ROWS = 40
 COMMON = ("--config.lora.dropout=0.0", "--config.data.packing=False",
           f"--config.max_steps={STEPS}", "--config.checkpoint_every_steps=100",
           "--config.optimizer.warmup_steps=2")
@@ -80,10 +87,14 @@ class ParityTest(absltest.TestCase):
                       dropout=0.0, modules=lora_map.target_modules_of(peft),
                       base_model=base, layer_prefix=prefix)
 
+        tasks = [r for r in codev.read_rows(sources.SAMPLE) if isinstance(r, codev.Row)]
+        rows = [{"messages": codev.to_messages(r)} for r in tasks[:ROWS - len(data_testing.CHATS)]]
+        chats = data_testing.write_jsonl(tmp, rows + data_testing.CHATS, name="chats.jsonl")
+        data = (f"--config.data.source={chats}",)
         tpu = _run("training.tpu.sft", os.path.join(tmp, "tpu"), f"--config.model.name={base}",
-                   f"--config.lora.init_from={orbax_dir}")
+                   f"--config.lora.init_from={orbax_dir}", *data)
         gpu = _run("training.gpu.sft", os.path.join(tmp, "gpu"), f"--config.model.name={base}",
-                   f"--config.lora.init_from={peft_dir}")
+                   f"--config.lora.init_from={peft_dir}", *data)
         print("\nstep  TPU loss      GPU loss      rel. diff   (lr, trained tokens)")
         for a, b in zip(tpu, gpu):
             print(f"{a['step']:>4}  {a['loss']:.8f}  {b['loss']:.8f}  "
@@ -96,6 +107,10 @@ class ParityTest(absltest.TestCase):
                 for stack in ("tpu", "gpu")}
         self.assertEqual(sorted(info["tpu"]), sorted(info["gpu"]))
         self.assertEqual((info["tpu"]["stack"], info["gpu"]["stack"]), ("tpu", "gpu"))
+        self.assertEqual(info["tpu"]["data"], info["gpu"]["data"])
+        # Four long sample tasks exceed the CPU config's 512 tokens; the chats fit.
+        self.assertEqual((info["tpu"]["data"]["format"], info["tpu"]["data"]["kept"],
+                          info["tpu"]["data"]["dropped"]), ("messages", ROWS - 4, {"too_long": 4}))
         self.assertEqual(info["tpu"]["lora"], info["gpu"]["lora"])
         for records in (tpu, gpu):
             self.assertEqual(sorted(set(records[0]) - {"time"}), sorted(run_dir_lib.METRIC_NAMES))

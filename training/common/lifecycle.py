@@ -147,10 +147,19 @@ def load_data(run):
                             f"{run.config.batch.effective_size}: not enough data")
     run.total_steps = steps
     report = run.prepared.report
-    return (f"data: {report.kept} rows kept of {report.rows_read} read "
-            f"({dict(report.dropped)} dropped), {sequences} sequences, {steps} steps of "
-            f"{run.config.batch.per_device_size} x {run.accumulation} accumulation x "
-            f"{run.data_parallel} data-parallel")
+    lines = [f"data: {report.format} rows, {report.kept} kept of {report.rows_read} read "
+             f"({dict(report.dropped)} dropped), {sequences} sequences, {steps} steps of "
+             f"{run.config.batch.per_device_size} x {run.accumulation} accumulation x "
+             f"{run.data_parallel} data-parallel"]
+    if report.not_read:
+        lines.append(f"data: max_rows={run.config.data.max_rows} left {report.not_read} more "
+                     "rows of the source unread")
+    warmup = hparams.warmup_steps(run.config.optimizer, steps)
+    if warmup >= steps:
+        lines.append(f"data: the run ends before the peak learning rate: {steps} steps, "
+                     f"{warmup} warmup steps (lower optimizer.warmup_steps or set "
+                     "optimizer.warmup_ratio)")
+    return "\n".join(lines)
 
 
 def check_compatible(saved, expected, where):
@@ -174,8 +183,10 @@ def write_run_info(run, *, devices, processes, device_kind, parallelism):
         "devices": devices, "processes": processes, "device_kind": device_kind,
         "lora": run.lora_meta,
         "versions": run_dir_lib.package_versions(VERSIONED_PACKAGES[run.stack]),
-        "data": {"rows_read": report.rows_read, "kept": report.kept,
-                 "dropped": dict(report.dropped)}})
+        "data": {"source": config.data.source, "format": report.format,
+                 "rows_read": report.rows_read, "rows_not_read": report.not_read,
+                 "kept": report.kept, "dropped": dict(report.dropped),
+                 "trained_tokens": report.trained_tokens, "tokens": report.total_tokens}})
 
 
 def step_record(run, *, step, loss, learning_rate, grad_norm, trained_tokens, tokens,

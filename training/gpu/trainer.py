@@ -27,6 +27,7 @@ from transformers import TrainerCallback
 from common import cli
 from common import storage
 from data import views
+from training.common import hparams
 from training.common import lifecycle
 from training.common import run_dir as run_dir_lib
 from training.formats import gemma4_map
@@ -342,7 +343,8 @@ def training_args(config, output_dir, processes, accumulation, total_steps, on_g
         output_dir=output_dir, per_device_train_batch_size=config.batch.per_device_size,
         gradient_accumulation_steps=accumulation, max_steps=total_steps,
         learning_rate=config.optimizer.learning_rate, lr_scheduler_type="cosine",
-        warmup_steps=config.optimizer.warmup_steps, weight_decay=config.optimizer.weight_decay,
+        warmup_steps=hparams.warmup_steps(config.optimizer, total_steps),
+        weight_decay=config.optimizer.weight_decay,
         adam_beta1=config.optimizer.b1, adam_beta2=config.optimizer.b2,
         adam_epsilon=config.optimizer.eps, max_grad_norm=config.optimizer.max_grad_norm,
         logging_steps=config.log_every, save_steps=config.checkpoint_every_steps,

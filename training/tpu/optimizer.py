@@ -10,9 +10,12 @@ p *= 1 - lr * wd before the Adam step).
 import jax.numpy as jnp
 import optax
 
+from training.common import hparams
+
 
 def learning_rate_schedule(optimizer_config, total_steps):
-    peak, warmup = optimizer_config.learning_rate, optimizer_config.warmup_steps
+    peak = optimizer_config.learning_rate
+    warmup = hparams.warmup_steps(optimizer_config, total_steps)
     end = optimizer_config.end_learning_rate
     decay = max(total_steps - warmup, 1)
 

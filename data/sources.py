@@ -1,0 +1,234 @@
+"""Rows of a data set, from wherever a user keeps it.
+
+A source is one of:
+  * `sample`: the small CodeV-R1 data set written for this project (data/sample/);
+  * a local file: JSON Lines (`.jsonl`), JSON (`.json`: an array of objects, or
+    JSON Lines), Parquet (`.parquet`) or CSV (`.csv`, every value a string);
+  * a local folder written by `datasets` (`Dataset.save_to_disk`); a
+    `DatasetDict` folder gives its `split`;
+  * a gs:// URL of such a file (copied to the local cache first);
+  * one file of a Hugging Face Hub data set, `hf://datasets/OWNER/NAME/PATH`
+    (downloaded into the Hugging Face cache, then read as a local file);
+  * a Hugging Face Hub data set id (`owner/name`), read with `datasets.load_dataset`
+    with its `subset` (the Hub's name for a config) and `split`.
+
+A row that cannot be parsed never stops a run: it becomes a `Skip` with its
+1-based row number and a reason, and is counted. A source that cannot be read
+at all is one `DataError`. `max_rows` reads the first N rows; the rows it leaves
+out are counted (`Records.not_read`), never dropped silently.
+"""
+
+import csv
+import dataclasses
+import json
+import os
+
+from common import cli
+from common import config_cli
+from common import storage
+
+SAMPLE = "sample"
+SAMPLE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sample",
+                           "codev_r1_sample.jsonl")
+HUB_FILE = "hf://datasets/"
+FILE_TYPES = (".jsonl", ".json", ".parquet", ".csv")
+
+# Skip reasons, in the order reports list them.
+INVALID_JSON = "invalid_json"
+MISSING_FIELD = "missing_field"
+NOT_A_STRING = "not_a_string"
+BAD_MESSAGES = "bad_messages"
+NOT_TEXT = "not_text"
+EMPTY = "empty"
+NO_ASSISTANT = "no_assistant"
+UNCLOSED_THINK = "unclosed_think"
+NO_CODE = "no_code"
+# The text holds an image/audio/video placeholder token, which a multimodal model
+# replaces by media features (data/chat.py, ChatEncoder.media_ids).
+MEDIA_TOKEN = "media_token"
+TEMPLATE = "template"
+TOO_LONG = "too_long"
+SKIP_REASONS = (INVALID_JSON, MISSING_FIELD, NOT_A_STRING, BAD_MESSAGES, NOT_TEXT, EMPTY,
+                NO_ASSISTANT, UNCLOSED_THINK, NO_CODE, MEDIA_TOKEN, TEMPLATE, TOO_LONG)
+
+
+class DataError(cli.UserError):
+    """A data source or data config that cannot be used at all (not a bad row)."""
+
+
+class SkipRow(Exception):
+    """A row that cannot become an example; counted under `reason`, never fatal."""
+
+    def __init__(self, reason, detail=""):
+        super().__init__(reason)
+        self.reason = reason
+        self.detail = detail
+
+
+@dataclasses.dataclass(frozen=True)
+class Record:
+    number: int  # 1-based position in the source
+    fields: dict
+
+
+@dataclasses.dataclass(frozen=True)
+class Skip:
+    number: int
+    reason: str
+    detail: str = ""
+
+
+class Records:
+    """The first `max_rows` rows (0: all) of a source, as `Record`s or `Skip`s.
+
+    After iteration, `not_read` is how many rows the cap left out and `total` the
+    number of rows in the source."""
+
+    def __init__(self, rows, max_rows=0):
+        self._rows = rows  # (iterator factory, row count function)
+        self._max_rows = max_rows
+        self.total = None
+        self.not_read = 0
+
+    def __iter__(self):
+        iterate, count = self._rows
+        number = 0
+        for number, item in enumerate(iterate(), start=1):
+            if self._max_rows and number > self._max_rows:
+                self.total = count()
+                self.not_read = self.total - self._max_rows
+                return
+            yield item if isinstance(item, Skip) else _record(number, item)
+        self.total = number
+
+
+def _record(number, fields):
+    if not isinstance(fields, dict):
+        return Skip(number, INVALID_JSON, "not a JSON object")
+    return Record(number, fields)
+
+
+def _json_lines(path):
+    def iterate():
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for number, line in enumerate(f, start=1):
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as e:
+                    yield Skip(number, INVALID_JSON, str(e))
+
+    def count():
+        with open(path, "rb") as f:
+            return sum(1 for _ in f)
+    return iterate, count
+
+
+def _json(path):
+    with open(path, encoding="utf-8", errors="replace") as f:
+        head = f.read(4096).lstrip()
+    if not head.startswith("["):
+        return _json_lines(path)
+    try:
+        with open(path, encoding="utf-8") as f:
+            rows = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise DataError(f"cannot read JSON file {path}: {e}") from e
+    return (lambda: iter(rows)), (lambda: len(rows))
+
+
+def _parquet(path):
+    import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+    try:
+        table = pq.ParquetFile(path)
+    except Exception as e:  # pyarrow raises several types for a bad file
+        raise DataError(f"cannot read Parquet file {path}: {e}") from e
+
+    def iterate():
+        for batch in table.iter_batches(batch_size=4096):
+            yield from batch.to_pylist()
+    return iterate, lambda: table.metadata.num_rows
+
+
+def _csv(path):
+    def iterate():
+        with open(path, encoding="utf-8", errors="replace", newline="") as f:
+            yield from csv.DictReader(f)
+
+    def count():
+        return sum(1 for _ in iterate())
+    return iterate, count
+
+
+def _dataset(dataset):
+    return (lambda: iter(dataset)), (lambda: len(dataset))
+
+
+def _saved_dataset(path, split):
+    import datasets  # pylint: disable=import-outside-toplevel
+    try:
+        loaded = datasets.load_from_disk(path)
+    except Exception as e:  # not a saved data set, or a damaged one
+        raise DataError(f"cannot read {path} as a folder written by datasets' save_to_disk: "
+                        f"{e}") from e
+    if isinstance(loaded, datasets.DatasetDict):
+        if split not in loaded:
+            raise DataError(f"{path} has no split {split!r}; its splits are "
+                            f"{', '.join(loaded)} (set data.split)")
+        loaded = loaded[split]
+    return _dataset(loaded)
+
+
+def _hub_dataset(repo_id, subset, split):
+    import datasets  # pylint: disable=import-outside-toplevel
+    try:
+        return _dataset(datasets.load_dataset(repo_id, subset or None, split=split))
+    except Exception as e:  # network, auth, missing config/split/file errors alike
+        where = f"{repo_id}" + (f" subset {subset}" if subset else "") + f" split {split}"
+        raise DataError(f"cannot load Hub data set {where}: {e}") from e
+
+
+def _hub_file(url):
+    parts = url[len(HUB_FILE):].split("/", 2)
+    if len(parts) < 3 or not all(parts):
+        raise DataError(f"{url}: a Hub data set file is {HUB_FILE}OWNER/NAME/PATH")
+    from huggingface_hub import hf_hub_download  # pylint: disable=import-outside-toplevel
+    try:
+        return hf_hub_download(repo_id="/".join(parts[:2]), filename=parts[2],
+                               repo_type="dataset")
+    except Exception as e:  # network, auth and missing-file errors alike
+        raise DataError(f"cannot download {url}: {e}") from e
+
+
+def local_path(source):
+    """The local file or folder of a file-like source (`sample`, a path, a gs:// URL),
+    or None for a Hub data set id."""
+    if source == SAMPLE:
+        return SAMPLE_PATH
+    if storage.is_url(source):
+        return storage.fetch_file(source)
+    if source.startswith(HUB_FILE):
+        return _hub_file(source)
+    path = config_cli.user_path(source)  # relative to where the user ran the command
+    if os.path.exists(path):
+        return path
+    if source.count("/") == 1 and not source.startswith((".", "/")):
+        return None
+    raise DataError(f"data source {source!r} is neither a file or folder, nor 'sample', nor a "
+                    "gs:// URL, nor a Hub data set id like owner/name")
+
+
+def read(source, *, subset="", split="train", max_rows=0):
+    """The rows of `source` (see the module docstring) as a `Records`."""
+    path = local_path(source)
+    if path is None:
+        return Records(_hub_dataset(source, subset, split), max_rows)
+    if os.path.isdir(path):
+        return Records(_saved_dataset(path, split), max_rows)
+    if not os.path.isfile(path) or not os.access(path, os.R_OK):
+        raise DataError(f"cannot read data file {path}")
+    readers = {".jsonl": _json_lines, ".json": _json, ".parquet": _parquet, ".csv": _csv}
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix not in readers:
+        raise DataError(f"{path}: unknown file type {suffix or '(none)'}; one of "
+                        f"{', '.join(FILE_TYPES)}, or a folder written by datasets")
+    return Records(readers[suffix](path), max_rows)

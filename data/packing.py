@@ -82,5 +82,13 @@ def pack(examples, seq_len, pad_id):
     return out
 
 
+def pad_rows(sequences, multiple, pad_id):
+    """`sequences` with empty rows (all padding, nothing trained) appended up to a
+    multiple of `multiple` rows: a validation set that fills whole batches."""
+    rows = len(sequences["input_ids"])
+    extra = _empty(-rows % multiple, sequences["input_ids"].shape[1], pad_id)
+    return {name: np.concatenate([sequences[name], extra[name]]) for name in FIELDS}
+
+
 def non_padding_fraction(sequences):
     return float((sequences["segment_ids"] > 0).mean()) if sequences["segment_ids"].size else 0.0

@@ -86,5 +86,12 @@ class PackingTest(absltest.TestCase):
             packing.pack([_example(9, 1)], 8, PAD)
 
 
+    def test_pad_rows_appends_empty_rows_to_a_multiple(self):
+        examples = [chat.Encoded(np.arange(1, 5, dtype=np.int32), np.array([0, 1, 1, 1], np.int32))]
+        padded = packing.pad_rows(packing.pad(examples * 3, 8, pad_id=0), 4, pad_id=0)
+        self.assertEqual(padded["input_ids"].shape, (4, 8))
+        self.assertFalse(padded["loss_mask"][3].any() or padded["segment_ids"][3].any())
+        self.assertEqual(packing.pad_rows(padded, 4, pad_id=0)["input_ids"].shape, (4, 8))
+
 if __name__ == "__main__":
     absltest.main()

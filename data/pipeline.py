@@ -39,6 +39,12 @@ def default_config():
     c.turns = "all"  # train every assistant turn, or only the last ("last")
     c.response_policy = "strip_thinking"  # codev profile: or keep_thinking
     c.system_policy = "auto"  # keep or drop; auto drops them for codev only
+    # A validation set for eval_loss: a seeded fraction of the rows held out, or
+    # another source (a file, folder or Hub id; same format settings), or a
+    # split of the source (or of eval_source). Empty/0: no validation.
+    c.eval_fraction = 0.0
+    c.eval_source = ""
+    c.eval_split = ""
     c.long_rows = "drop"  # or truncate
     c.packing = False
     return c
@@ -154,17 +160,64 @@ def to_sequences(examples, config, pad_id):
 class Prepared:
     sequences: dict  # packing.FIELDS -> int32 [num_sequences, max_seq_len]
     report: Report
+    eval_sequences: dict = None  # the validation set, padded or packed; None without one
+    eval_report: Report = None
+
+
+def held_out(examples, fraction, seed):
+    """(kept for training, held out): a seeded `fraction` of `examples`, at least one."""
+    if not 0 < fraction < 1:
+        raise sources.DataError(f"eval_fraction must be in (0, 1), got {fraction}")
+    count = max(1, round(fraction * len(examples)))
+    if count >= len(examples):
+        raise sources.DataError(f"eval_fraction {fraction} of {len(examples)} rows leaves "
+                                "nothing to train on")
+    chosen = set(np.random.default_rng(seed).permutation(len(examples))[:count].tolist())
+    return ([e for i, e in enumerate(examples) if i not in chosen],
+            [e for i, e in enumerate(examples) if i in chosen])
+
+
+def _summary(examples):
+    return Report(rows_read=len(examples), kept=len(examples),
+                  lengths=[len(e) for e in examples],
+                  trained_tokens=sum(int(e.loss_mask.sum()) for e in examples))
+
+
+def _validation(config, tokenizer, examples):
+    """(training examples, validation examples, validation report); None without one."""
+    other = bool(config.eval_source or config.eval_split)
+    if config.eval_fraction and other:
+        raise sources.DataError("set data.eval_fraction, or data.eval_source/eval_split, "
+                                "not both")
+    if config.eval_fraction:
+        examples, held = held_out(examples, config.eval_fraction, config.shuffle_seed)
+        return examples, held, _summary(held)
+    if not other:
+        return examples, None, None
+    eval_config = config_dict.ConfigDict(config.to_dict())
+    eval_config.update(source=config.eval_source or config.source,
+                       split=config.eval_split or config.split, max_rows=0)
+    held, report = encode(eval_config, tokenizer)
+    if report.trained_tokens == 0:
+        raise sources.DataError(
+            f"no token to evaluate on in {eval_config.source} (split {eval_config.split}): "
+            f"{report.rows_read} rows read, dropped {dict(report.dropped)}")
+    return examples, held, report
 
 
 def prepare(config, tokenizer, progress=None):
-    """Reads, encodes, shuffles and pads/packs the data set `config` describes."""
+    """Reads, encodes, shuffles and pads/packs the data set `config` describes, and its
+    validation set (in source order) if it has one."""
     examples, report = encode(config, tokenizer, progress)
     if report.trained_tokens == 0:
         raise sources.DataError(
             f"no token to train on: {report.rows_read} rows read, {report.kept} kept, "
             f"dropped {dict(report.dropped)}")
+    examples, held, eval_report = _validation(config, tokenizer, examples)
     ordered = shuffled(examples, config.shuffle_seed, config.epochs)
-    return Prepared(to_sequences(ordered, config, tokenizer.pad_token_id), report)
+    pad_id = tokenizer.pad_token_id
+    return Prepared(to_sequences(ordered, config, pad_id), report,
+                    None if held is None else to_sequences(held, config, pad_id), eval_report)
 
 
 def length_percentiles(lengths):

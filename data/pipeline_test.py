@@ -75,6 +75,40 @@ class PipelineTest(absltest.TestCase):
             self.assertEqual(int((sequences["segment_ids"] > 0).sum()),
                              prepared.report.total_tokens)
 
+    def test_validation_set_held_out_by_fraction(self):
+        config = _config(sources.SAMPLE, eval_fraction=0.25)
+        prepared = pipeline.prepare(config, self.tokenizer)
+        whole = pipeline.prepare(_config(sources.SAMPLE), self.tokenizer)
+        held = prepared.eval_report.kept
+        self.assertEqual(held, round(0.25 * whole.report.kept))
+        self.assertLen(prepared.sequences["input_ids"], whole.report.kept - held)
+        self.assertLen(prepared.eval_sequences["input_ids"], held)  # padded: one row each
+        # No held-out row is trained on, and the split is the same every time.
+        trained = {tuple(r) for r in prepared.sequences["input_ids"].tolist()}
+        self.assertFalse(trained & {tuple(r) for r in prepared.eval_sequences["input_ids"].tolist()})
+        again = pipeline.prepare(config, self.tokenizer)
+        np.testing.assert_array_equal(again.eval_sequences["input_ids"],
+                                      prepared.eval_sequences["input_ids"])
+
+    def test_validation_set_from_a_split_or_another_source(self):
+        sets = testing.write_user_data(self.create_tempdir().full_path)
+        folder = sets["datasets_folder"]["source"]
+        prepared = pipeline.prepare(_config(folder, eval_split="test"), self.tokenizer)
+        self.assertEqual((prepared.report.kept, prepared.eval_report.kept), (2, 1))
+        other = sets["messages_jsonl"]["source"]
+        prepared = pipeline.prepare(_config(folder, eval_source=other), self.tokenizer)
+        self.assertEqual(prepared.eval_report.kept, len(testing.CHATS))
+        self.assertIsNone(pipeline.prepare(_config(folder), self.tokenizer).eval_sequences)
+
+    def test_validation_settings_that_cannot_work(self):
+        with self.assertRaisesRegex(sources.DataError, "not both"):
+            pipeline.prepare(_config(sources.SAMPLE, eval_fraction=0.1, eval_split="test"),
+                             self.tokenizer)
+        with self.assertRaisesRegex(sources.DataError, "leaves nothing to train on"):
+            pipeline.prepare(_config(sources.SAMPLE, eval_fraction=0.999), self.tokenizer)
+        with self.assertRaisesRegex(sources.DataError, r"must be in \(0, 1\)"):
+            pipeline.prepare(_config(sources.SAMPLE, eval_fraction=1.5), self.tokenizer)
+
     def test_shuffle_is_seeded(self):
         items = list(range(50))
         self.assertEqual(pipeline.shuffled(items, 42), pipeline.shuffled(items, 42))

@@ -63,11 +63,12 @@ def blocks(report, plots):
         out.append(("p", "Repaired: " + "; ".join(report["repaired"]) + "."))
     out.append(("h", 2, "Training"))
     out.append(("table", ["run", "machine", "wall time", "tokens/s", "trained tokens/s", "MFU",
-                          "$/hour", "$ per run", "$ per 1M tokens", "$ per 1M trained tokens",
+                          "last eval_loss", "$/hour", "$ per run", "$ per 1M tokens", "$ per 1M trained tokens",
                           "from"],
                 [[r["label"], r["machine"], _duration(r["hours"]), _fmt(r["tokens_per_s"], 1),
                   _fmt(r["trained_tokens_per_s"], 1),
                   "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%",
+                  "n/a" if r.get("eval_loss") is None else f"{r['eval_loss']:.4f}",
                   _money(r["dollars_per_hour"]), _money(r["cost"]),
                   _money(r["dollars_per_million_tokens"]),
                   _money(r["dollars_per_million_trained_tokens"]), r["source"]]
@@ -79,7 +80,9 @@ def blocks(report, plots):
                          "tokens per second."))
     for name in ("loss", "grad_norm"):
         if name in plots:
-            out.append(("img", plots[name], f"{name} per step, both stacks"))
+            out.append(("img", plots[name], f"{name} per step, both stacks"
+                        + (" (dashed: eval_loss on the validation set)" if name == "loss" and any(
+                            r.get("eval_loss") for r in report["training"]) else "")))
     out.append(("h", 2, "Serving"))
     rows = []
     for s in report["serving"]:
@@ -201,6 +204,10 @@ def plot(report, runs, out_dir):
             figure, axis = plt.subplots(figsize=(7, 4))
             for label, points in series:
                 axis.plot(*zip(*points), label=label)
+            for t in runs.training:  # the validation loss beside the training loss
+                if curve == "loss" and t.curves.get("eval_loss"):
+                    axis.plot(*zip(*t.curves["eval_loss"]), marker="o", linestyle="--",
+                              label=f"{t.label} eval_loss")
             axis.set_xlabel("optimizer step")
             axis.set_ylabel(curve)
             axis.legend()

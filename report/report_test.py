@@ -20,11 +20,16 @@ def _write(path, value):
             json.dump(value, f)
 
 
-def fake_training(directory, stack, machine, step_seconds, losses):
+def fake_training(directory, stack, machine, step_seconds, losses, eval_losses=None):
+    """A run's files; `eval_losses` {step: loss} adds validation records after those steps."""
     _write(os.path.join(directory, "run.json"), {"stack": stack, "machine": machine})
-    _write(os.path.join(directory, "metrics.jsonl"), [
-        {"step": i + 1, "loss": loss, "grad_norm": 1.0, "tokens": 3600, "trained_tokens": 900,
-         "step_time_s": step_seconds, "mfu": 0.5} for i, loss in enumerate(losses)])
+    records = []
+    for i, loss in enumerate(losses):
+        records.append({"step": i + 1, "loss": loss, "grad_norm": 1.0, "tokens": 3600,
+                        "trained_tokens": 900, "step_time_s": step_seconds, "mfu": 0.5})
+        if i + 1 in (eval_losses or {}):
+            records.append({"step": i + 1, "eval_loss": eval_losses[i + 1], "eval_tokens": 300})
+    _write(os.path.join(directory, "metrics.jsonl"), records)
     return directory
 
 
@@ -98,7 +103,8 @@ class RunsReportTest(absltest.TestCase):
     def test_report_from_run_directories(self):
         tmp = self.create_tempdir().full_path
         directories = [
-            fake_training(os.path.join(tmp, "tpu"), "tpu", "tpu-v5p-8", 2.0, [3.0, 2.0, 1.5]),
+            fake_training(os.path.join(tmp, "tpu"), "tpu", "tpu-v5p-8", 2.0, [3.0, 2.0, 1.5],
+                          eval_losses={2: 2.5, 3: 2.25}),
             fake_training(os.path.join(tmp, "gpu"), "gpu", "gpu-h100x2", 4.0, [3.0, 2.1, 1.6]),
             fake_serving(os.path.join(tmp, "bench-tpu"), "tpu-v6e-8", {1.0: 500.0, 4.0: 1200.0}),
             fake_serving(os.path.join(tmp, "bench-gpu"), "gpu-h100x2", {1.0: 400.0, 4.0: 700.0}),
@@ -117,6 +123,8 @@ class RunsReportTest(absltest.TestCase):
         self.assertAlmostEqual(training["TPU"]["cost"], 16.80 * 6 / 3600)
         self.assertAlmostEqual(training["GPU"]["cost"], 22.12 * 12 / 3600)
         self.assertEqual(training["TPU"]["source"], os.path.join(directories[0], "metrics.jsonl"))
+        # Validation records are not steps: the rates above ignore them.
+        self.assertEqual((training["TPU"]["eval_loss"], training["GPU"]["eval_loss"]), (2.25, None))
         serving = {r["platform"]: r for r in report["serving"]}
         self.assertAlmostEqual(serving["TPU"]["input_lengths"]["4096"][
             "dollars_per_million_output_tokens"], 21.52 / (1200 * 3600 / 1e6))
@@ -135,6 +143,7 @@ class RunsReportTest(absltest.TestCase):
             text = f.read()
         for section in ("## Training", "## Serving", "## Cost of ownership", "## Quality"):
             self.assertIn(section, text)
+        self.assertIn("(dashed: eval_loss on the validation set)", text)
 
     def test_report_from_runs_in_a_bucket_into_a_bucket(self):
         tmp = self.create_tempdir().full_path

@@ -94,6 +94,8 @@ def _training(directory, named, repaired):
         raise RunsError(f"cannot read {path}: {e}") from None
     if torn:
         repaired.append(f"{storage.join(named, 'metrics.jsonl')}: a torn last line (a run stopped mid-write) was left out")
+    evals = [r for r in records if "eval_loss" in r]  # validation records, if any
+    records = [r for r in records if "eval_loss" not in r]
     if not records:
         raise RunsError(f"{path} holds no step")
     seconds = sum(r["step_time_s"] for r in records)
@@ -102,6 +104,7 @@ def _training(directory, named, repaired):
     mfus = [r["mfu"] for r in records if r.get("mfu") is not None]
     curves = {name: [(r["step"], r[name]) for r in records if r.get(name) is not None]
               for name in ("loss", "grad_norm")}
+    curves["eval_loss"] = [(r["step"], r["eval_loss"]) for r in evals]
     return Training(
         label=f"{info['stack'].upper()} {info.get('machine', '?')}", stack=info["stack"],
         machine=info.get("machine", "?"), hours=seconds / 3600, tokens_per_s=tokens / seconds,

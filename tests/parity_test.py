@@ -5,17 +5,20 @@ The rows are in the `messages` format: 36 sample tasks and a user's 4 chats
 (data/testing.py: several turns, system prompts, answers that are not Verilog,
 a tool call), every answer trained.
 
-Step-1 losses agree within 1e-4 relative and all of the first 5 within 1e-3;
-the losses per step are printed for the record.
+Step-1 losses agree within 1e-4 relative and all of the first 5 within 1e-3,
+and so do the validation losses (`eval_loss`, on 4 held-out rows, after steps
+2, 4 and 5); the losses per step are printed for the record.
 """
 
 import json
 import os
+import struct
 import subprocess
 import sys
 
 import numpy as np
 from absl.testing import absltest
+from tensorboardX.proto import event_pb2
 
 from conversion import exporting
 from data import codev
@@ -36,18 +39,37 @@ from training.tpu.configs import v5p8
 
 STEPS = 5
 ROWS = 40
+EVAL_FRACTION, EVAL_EVERY = 0.1, 2  # 4 of the 36 rows that fit; steps 2, 4 and 5
 COMMON = ("--config.lora.dropout=0.0", "--config.data.packing=False",
           f"--config.max_steps={STEPS}", "--config.checkpoint_every_steps=100",
           "--config.optimizer.warmup_steps=2")
 
 
 def _run(module, workdir, *extra):
+    """(step records, validation records) of a run."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
     result = subprocess.run([sys.executable, "-m", module, f"--workdir={workdir}", *COMMON,
                              *extra], env=env, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stderr[-5000:]
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
-        return [json.loads(line) for line in f]
+        records = [json.loads(line) for line in f]
+    return ([r for r in records if "loss" in r], [r for r in records if "eval_loss" in r])
+
+
+def _tensorboard(workdir, tag):
+    """(step, value) of every scalar `tag` in a run's TensorBoard event files."""
+    folder = os.path.join(workdir, "tensorboard")
+    out = []
+    for name in sorted(os.listdir(folder)):
+        with open(os.path.join(folder, name), "rb") as f:
+            data = f.read()
+        offset = 0
+        while offset < len(data):  # TFRecord: length, its CRC, the event, its CRC
+            (length,) = struct.unpack("<Q", data[offset:offset + 8])
+            event = event_pb2.Event.FromString(data[offset + 12:offset + 12 + length])
+            offset += 16 + length
+            out += [(event.step, v.simple_value) for v in event.summary.value if v.tag == tag]
+    return out
 
 
 class EffectiveBatchTest(absltest.TestCase):
@@ -90,11 +112,14 @@ class ParityTest(absltest.TestCase):
         tasks = [r for r in codev.read_rows(sources.SAMPLE) if isinstance(r, codev.Row)]
         rows = [{"messages": codev.to_messages(r)} for r in tasks[:ROWS - len(data_testing.CHATS)]]
         chats = data_testing.write_jsonl(tmp, rows + data_testing.CHATS, name="chats.jsonl")
-        data = (f"--config.data.source={chats}",)
-        tpu = _run("training.tpu.sft", os.path.join(tmp, "tpu"), f"--config.model.name={base}",
-                   f"--config.lora.init_from={orbax_dir}", *data)
-        gpu = _run("training.gpu.sft", os.path.join(tmp, "gpu"), f"--config.model.name={base}",
-                   f"--config.lora.init_from={peft_dir}", *data)
+        data = (f"--config.data.source={chats}", f"--config.data.eval_fraction={EVAL_FRACTION}",
+                f"--config.eval_every_steps={EVAL_EVERY}")
+        tpu, tpu_eval = _run("training.tpu.sft", os.path.join(tmp, "tpu"),
+                             f"--config.model.name={base}", f"--config.lora.init_from={orbax_dir}",
+                             *data)
+        gpu, gpu_eval = _run("training.gpu.sft", os.path.join(tmp, "gpu"),
+                             f"--config.model.name={base}", f"--config.lora.init_from={peft_dir}",
+                             *data)
         print("\nstep  TPU loss      GPU loss      rel. diff   (lr, trained tokens)")
         for a, b in zip(tpu, gpu):
             print(f"{a['step']:>4}  {a['loss']:.8f}  {b['loss']:.8f}  "
@@ -120,6 +145,24 @@ class ParityTest(absltest.TestCase):
         self.assertLess(abs(tpu[0]["loss"] - gpu[0]["loss"]) / abs(gpu[0]["loss"]), 1e-4)
         for a, b in zip(tpu, gpu):
             self.assertLess(abs(a["loss"] - b["loss"]) / abs(b["loss"]), 1e-3, a["step"])
+        # The validation loss: the same held-out rows, steps and tokens on both stacks,
+        # losses as close as the training losses, in metrics.jsonl and TensorBoard.
+        print("\nstep  TPU eval_loss  GPU eval_loss  rel. diff   (eval tokens)")
+        for a, b in zip(tpu_eval, gpu_eval):
+            print(f"{a['step']:>4}  {a['eval_loss']:.8f}     {b['eval_loss']:.8f}     "
+                  f"{abs(a['eval_loss'] - b['eval_loss']) / b['eval_loss']:.2e}   "
+                  f"({a['eval_tokens']} vs {b['eval_tokens']})")
+        self.assertEqual([r["step"] for r in tpu_eval], [2, 4, STEPS])
+        self.assertEqual([(r["step"], r["eval_tokens"]) for r in tpu_eval],
+                         [(r["step"], r["eval_tokens"]) for r in gpu_eval])
+        for a, b in zip(tpu_eval, gpu_eval):
+            self.assertEqual(sorted(set(a) - {"time"}), sorted(run_dir_lib.EVAL_METRIC_NAMES))
+            self.assertLess(abs(a["eval_loss"] - b["eval_loss"]) / b["eval_loss"], 1e-3)
+        for stack, records in (("tpu", tpu_eval), ("gpu", gpu_eval)):
+            logged = _tensorboard(os.path.join(tmp, stack), "eval/loss")
+            self.assertEqual([step for step, _ in logged], [2, 4, STEPS])
+            np.testing.assert_allclose([v for _, v in logged],
+                                       [r["eval_loss"] for r in records], rtol=1e-6)
 
 
 if __name__ == "__main__":

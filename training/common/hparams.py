@@ -69,6 +69,8 @@ def reference():
     c.data.max_rows = 10_000  # the reference trains on the first 10,000 rows
 
     c.remat = True
+    # With a validation set (data.eval_*): eval_loss every N steps (0: only at the end).
+    c.eval_every_steps = 100
     c.checkpoint_every_steps = 100
     c.checkpoints_to_keep = 3
     return c
@@ -86,6 +88,7 @@ def tiny(c):
     c.data.max_seq_len = 512
     c.data.epochs = 4
     c.data.packing = True
+    c.eval_every_steps = 4
     c.checkpoint_every_steps = 4
     c.checkpoints_to_keep = 2
     return c

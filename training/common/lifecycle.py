@@ -154,12 +154,27 @@ def load_data(run):
     if report.not_read:
         lines.append(f"data: max_rows={run.config.data.max_rows} left {report.not_read} more "
                      "rows of the source unread")
+    if run.prepared.eval_report is not None:
+        held = run.prepared.eval_report
+        every = run.config.eval_every_steps
+        lines.append(f"data: validation set of {held.kept} rows, {held.trained_tokens} trained "
+                     f"tokens, evaluated {f'every {every} steps and ' if every else ''}"
+                     "after the last step")
     warmup = hparams.warmup_steps(run.config.optimizer, steps)
     if warmup >= steps:
         lines.append(f"data: the run ends before the peak learning rate: {steps} steps, "
                      f"{warmup} warmup steps (lower optimizer.warmup_steps or set "
                      "optimizer.warmup_ratio)")
     return "\n".join(lines)
+
+
+def evaluates_at(run, step):
+    """Whether the validation loss is computed after optimizer step `step`: every
+    `eval_every_steps` (0: never in between) and after the last step."""
+    if run.prepared.eval_sequences is None:
+        return False
+    every = run.config.eval_every_steps
+    return step == run.total_steps or bool(every and step % every == 0)
 
 
 def check_compatible(saved, expected, where):

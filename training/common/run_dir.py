@@ -35,6 +35,8 @@ METRIC_NAMES = (
     "step", "loss", "learning_rate", "grad_norm", "trained_tokens", "tokens",
     "trained_tokens_per_s", "tokens_per_s", "step_time_s", "mfu",
 )
+# A validation record (runs with a validation set), between the step records.
+EVAL_METRIC_NAMES = ("step", "eval_loss", "eval_tokens")
 
 
 class RunDirError(cli.UserError):
@@ -120,6 +122,16 @@ class MetricsWriter:
                 self._tensorboard.add_scalar(f"train/{name}", value, metrics["step"])
         if self._mirror.remote and time.time() - self._pushed > self.PUSH_EVERY_S:
             self.flush()
+
+    def write_eval(self, step, loss, tokens):
+        """A validation record: `eval_loss` (summed loss / trained tokens of the whole
+        validation set) and `eval_tokens`, under TensorBoard's `eval/` tags."""
+        if not self._enabled:
+            return
+        values = dict(zip(EVAL_METRIC_NAMES, (step, float(loss), int(tokens))))
+        self._file.write(json.dumps({"time": time.time(), **values}) + "\n")
+        self._tensorboard.add_scalar("eval/loss", loss, step)
+        self._tensorboard.add_scalar("eval/tokens", tokens, step)
 
     def flush(self):
         """Makes what was written so far durable where the run lives."""

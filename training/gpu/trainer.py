@@ -26,6 +26,7 @@ from transformers import TrainerCallback
 
 from common import cli
 from common import storage
+from data import packing
 from data import views
 from training.common import hparams
 from training.common import lifecycle
@@ -222,6 +223,9 @@ class _RunCallback(TrainerCallback):
 
     def on_step_end(self, args, state, control, **kwargs):
         self._elapsed = time.time() - self._started
+        if lifecycle.evaluates_at(self._run, state.global_step):
+            eval_loss, eval_tokens = evaluate(kwargs["model"], self._run, args.device)
+            self._writer.write_eval(state.global_step, eval_loss, eval_tokens)
         if self.preemption.stop():
             control.should_save = True
             control.should_training_stop = True
@@ -239,6 +243,36 @@ class _RunCallback(TrainerCallback):
     def on_train_end(self, args, state, control, **kwargs):
         if self._writer is not None:
             self._writer.close()
+
+
+def evaluate(model, run, device):
+    """The validation loss: summed over every trained token of the validation set,
+    divided by their number, as the TPU stack computes it. Every process takes its
+    share of the rows (padded to whole micro-batches on every process, so each
+    runs the same number of forward passes) and the sums are added up."""
+    processes, rank = world()
+    per_device = run.config.batch.per_device_size
+    sequences = packing.pad_rows(run.prepared.eval_sequences, per_device * processes,
+                                 run.tokenizer.pad_token_id)
+    share = len(sequences["input_ids"]) // processes
+    rows = views.hf_dataset({name: values[rank * share:(rank + 1) * share]
+                             for name, values in sequences.items()})
+    sums = torch.zeros(2, dtype=torch.float64, device=device)
+    was_training = model.training
+    model.eval()
+    with torch.no_grad():
+        for start in range(0, share, per_device):
+            batch = {name: value.to(device) for name, value in views.collate(
+                [rows[i] for i in range(start, start + per_device)]).items()}
+            # num_items_in_batch=1: the causal-LM loss returns its sum, not its mean.
+            loss = model(**batch, num_items_in_batch=torch.tensor(1, device=device)).loss
+            sums += torch.stack([loss.double(),
+                                 (batch["labels"][:, 1:] != views.IGNORE_INDEX).sum().double()])
+    model.train(was_training)
+    if processes > 1:
+        torch.distributed.all_reduce(sums)
+    total, trained = sums.tolist()
+    return total / trained, int(trained)
 
 
 def step_token_counts(sequences, per_step):

@@ -109,7 +109,7 @@ def lower_step(dims, config, devices):
     mesh = sharding.make_mesh(config.mesh.fsdp, config.mesh.tp, devices)
     # The schedule's length does not change a shape: any step count compiles the same.
     state = state_lib.build(state_lib.abstract_model(dims, config), mesh, config,
-                            total_steps=1000)
+                            total_steps=1000, dims=dims)
     batch, key = state_lib.abstract_inputs(state, config)
     return state.step.train.lower(state.lora, state.opt_state, state.base, state.rngs, batch,
                                   key)

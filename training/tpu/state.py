@@ -61,11 +61,27 @@ def _abstract(tree, shardings):
         tree, shardings)
 
 
-def build(model, mesh, config, total_steps):
-    """The state of `config`'s step for `model` (loaded or abstract) on `mesh`."""
+def _configure(model, config, mesh):
     model_lib.enable_remat(model, config.remat)
     forward.configure(model, forward.Attention.on_mesh(config.attention.kernel,
                                                        config.attention.block, mesh))
+
+
+def _without_dropout(dims, config, mesh):
+    """(graphdef, rng state) of the config's model with LoRA dropout 0: the same LoRA
+    and base state evaluate through it deterministically."""
+    lora = config.lora.copy_and_resolve_references()
+    lora.dropout = 0.0
+    model = model_lib.abstract_model(dims, config.model.dtype, lora)
+    _configure(model, config, mesh)
+    with jax.set_mesh(mesh):
+        graphdef, _, rngs, _ = nnx.split(model, nnx.LoRAParam, nnx.RngState, ...)
+    return graphdef, rngs
+
+
+def build(model, mesh, config, total_steps, dims):
+    """The state of `config`'s step for `model` (loaded or abstract) on `mesh`."""
+    _configure(model, config, mesh)
     with jax.set_mesh(mesh):
         graphdef, lora, rngs, base = nnx.split(model, nnx.LoRAParam, nnx.RngState, ...)
     optimizer = optimizer_lib.make_optimizer(config.optimizer, total_steps)
@@ -83,9 +99,15 @@ def build(model, mesh, config, total_steps):
         lora = sharding.place(lora, lora_shardings)
         opt_state = jax.jit(optimizer.init, out_shardings=opt_shardings)(lora)
     batch_sharding = NamedSharding(mesh, P(None, "fsdp", None))
+
+    def eval_model():  # made when the validation loss is first computed
+        if config.lora.dropout > 0:
+            return _without_dropout(dims, config, mesh)
+        return graphdef, rngs
+
     step = train_step.make_step(graphdef, optimizer, lora_shardings=lora_shardings,
                                 opt_shardings=opt_shardings, batch_sharding=batch_sharding,
-                                loss_chunk=config.loss_chunk)
+                                loss_chunk=config.loss_chunk, eval_model=eval_model)
     return State(lora, opt_state, base, rngs, lora_shardings, opt_shardings, batch_sharding,
                  step)
 

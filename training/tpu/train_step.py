@@ -12,6 +12,7 @@ positions restart per segment, and logits may be made in chunks (`loss_chunk`).
 """
 
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
@@ -26,12 +27,15 @@ from training.tpu import model as model_lib
 class StepFunctions:
     train: object  # (lora, opt_state, base, rngs, batch, key) -> (lora, opt_state, metrics)
     loss: object  # (lora, base, rngs, batch, key) -> summed loss / trained tokens
+    evaluate: object  # (lora, base, batch) -> (summed loss, trained tokens), no dropout
 
 
 def make_step(graphdef, optimizer, *, lora_shardings, opt_shardings, batch_sharding,
-              loss_chunk=0):
-    """The jitted train step (donating LoRA and optimizer state) and an eval twin;
-    `loss_chunk` as forward.loss_sum's `chunk`."""
+              eval_model, loss_chunk=0):
+    """The jitted train step (donating LoRA and optimizer state), its loss, and the
+    validation loss; `loss_chunk` as forward.loss_sum's `chunk`. `eval_model()`
+    gives (graphdef, rng state) of the same model without dropout, since Qwix's
+    LoRA dropout has no deterministic mode."""
 
     def accumulate(lora, base, rngs, batch, key):
         trained = jnp.sum(batch["loss_mask"][:, :, 1:]).astype(jnp.float32)
@@ -65,10 +69,27 @@ def make_step(graphdef, optimizer, *, lora_shardings, opt_shardings, batch_shard
     def loss(lora, base, rngs, batch, key):
         return accumulate(lora, base, rngs, batch, key)[0]
 
+    def evaluate(eval_graphdef, eval_rngs, lora, base, batch):
+        def micro_step(total, micro_batch):
+            model = nnx.merge(eval_graphdef, lora, eval_rngs, base)
+            return total + forward.loss_sum(model, micro_batch, loss_chunk), None
+
+        total, _ = jax.lax.scan(micro_step, jnp.zeros((), jnp.float32), batch)
+        return total, jnp.sum(batch["loss_mask"][:, :, 1:]).astype(jnp.float32)
+
     replicated = jax.sharding.NamedSharding(batch_sharding.mesh, jax.sharding.PartitionSpec())
     train_jit = jax.jit(
         train,
         in_shardings=(lora_shardings, opt_shardings, None, None, batch_sharding, replicated),
         out_shardings=(lora_shardings, opt_shardings, replicated),
         donate_argnums=(0, 1))
-    return StepFunctions(train=train_jit, loss=jax.jit(loss))
+    jitted = []
+
+    def evaluate_call(lora, base, batch):
+        if not jitted:  # the twin is made on first use, outside any trace
+            jitted.append(jax.jit(functools.partial(evaluate, *eval_model()),
+                                  in_shardings=(lora_shardings, None, batch_sharding),
+                                  out_shardings=(replicated, replicated)))
+        return jitted[0](lora, base, batch)
+
+    return StepFunctions(train=train_jit, loss=jax.jit(loss), evaluate=evaluate_call)

@@ -67,5 +67,30 @@ class LossTest(absltest.TestCase):
         self.assertAlmostEqual(got, sum(sums) / total, delta=1e-5)
 
 
+    def test_validation_loss_is_deterministic_and_ignores_dropout(self):
+        # Qwix's LoRA dropout always drops: the validation loss goes through a twin
+        # of the model without it, and equals the dropout-free model's summed loss.
+        path, dims = testing.tiny_checkpoint(self.create_tempdir().full_path)
+        rng = np.random.default_rng(2)
+        batch = jax.tree.map(jnp.asarray, testing.batch(rng, accumulation=2, micro_batch=2,
+                                                        seq_len=32, vocab=dims.vocab))
+        results = {}
+        for dropout in (0.0, 0.5):
+            config = testing.cpu_config(**{"lora.dropout": dropout, "mesh.fsdp": 1,
+                                           "mesh.tp": 1})
+            state = trainer.load_state(path, dims, self.mesh, config, total_steps=10)
+            # A LoRA that changes the output, the same for both configs.
+            lora = jax.tree.map(lambda x: x + 0.05, state.lora)
+            results[dropout] = [tuple(map(float, state.step.evaluate(lora, state.base, batch)))
+                                for _ in range(2)]
+            if dropout:  # the training loss does drop out: it differs from the validation's
+                loss = float(state.step.loss(lora, state.base, state.rngs, batch,
+                                             jax.random.key(0)))
+                total, trained = results[dropout][0]
+                self.assertGreater(abs(loss - total / trained), 1e-4)
+        self.assertEqual(results[0.5][0], results[0.5][1])
+        np.testing.assert_allclose(results[0.5][0], results[0.0][0], rtol=1e-6)
+        self.assertEqual(results[0.0][0][1], float(np.asarray(batch["loss_mask"])[:, :, 1:].sum()))
+
 if __name__ == "__main__":
     absltest.main()

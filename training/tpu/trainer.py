@@ -18,6 +18,7 @@ from jax.experimental import multihost_utils
 from common import cli
 from common import machines
 from common import storage
+from data import packing
 from data import views
 from training.common import lifecycle
 from training.common import run_dir as run_dir_lib
@@ -123,7 +124,7 @@ def load_state(base_dir, dims, mesh, config, total_steps):
         model_lib.set_lora(model, orbax_lora.read(config.lora.init_from))
     log.info("base model loaded and LoRA added in %.1fs: %d LoRA tensors",
              time.time() - started, len(model_lib.lora_names(model)))
-    return state_lib.build(model, mesh, config, total_steps)
+    return state_lib.build(model, mesh, config, total_steps, dims)
 
 
 def train(config, workdir, shared_fs=False):
@@ -176,6 +177,22 @@ def _global_batch(data_iterator, shape, batch_sharding):
             for name, value in local.items()}
 
 
+def _evaluate(run, state, lora):
+    """The validation loss: summed over every trained token of the validation set,
+    divided by their number (the GPU stack's definition too)."""
+    shape = mesh_plan.batch_shape(run.config)
+    sequences = packing.pad_rows(run.prepared.eval_sequences, shape[0] * shape[1],
+                                 run.tokenizer.pad_token_id)
+    iterator = iter(views.grain_batches(sequences, shape[1], jax.process_index(),
+                                        jax.process_count()).to_iter_dataset())
+    total = trained = 0.0
+    for _ in range(len(sequences["input_ids"]) // (shape[0] * shape[1])):
+        batch = _global_batch(iterator, shape, state.batch_sharding)
+        batch_total, batch_trained = jax.device_get(state.step.evaluate(lora, state.base, batch))
+        total, trained = total + float(batch_total), trained + float(batch_trained)
+    return total / trained, int(trained)
+
+
 def _loop(run, state, step, data_iterator, checkpoints):
     config, main = run.config, jax.process_index() == 0
     writer = run_dir_lib.MetricsWriter(run.workdir, resume_step=step, enabled=main)
@@ -205,6 +222,9 @@ def _loop(run, state, step, data_iterator, checkpoints):
                 chips=jax.device_count())
             if step % config.log_every == 0 or step == run.total_steps:
                 writer.write(record)
+            if lifecycle.evaluates_at(run, step):
+                eval_loss, eval_tokens = _evaluate(run, state, lora)
+                writer.write_eval(step, eval_loss, eval_tokens)
             if progress is not None:
                 progress.update(1)
                 progress.set_postfix(loss=f"{record['loss']:.4f}",

@@ -19,10 +19,13 @@ Each row whose answer holds one Verilog module becomes problem `ProbNNN_<module>
     (errors, clocks), which the judge reads, and prints `Mismatches: M in N
     samples` once from a `final` block, so the judge scores it unchanged.
 Rows without exactly one module, or whose ports cannot be read (non-ANSI headers),
-are skipped and counted, with the reason.
+are skipped and counted, with the reason. `train.jsonl` holds every problem as
+a `messages` training row: the conversation the evaluation sends (upstream
+protocol), answered with the reference; the pipeline's demo trains on it.
 """
 
 import dataclasses
+import json
 import os
 import re
 
@@ -35,8 +38,11 @@ from data import codev
 from data import sources
 from eval import extract
 from eval import problems as problems_lib
+from eval import protocols
 
 CYCLES = 200
+TRAINING_ROWS = "train.jsonl"  # the problems as training rows (the pipeline's demo)
+ANSWER = "_answer"  # the reference named TopModule, for the training rows
 SETTLE_CYCLES = 16
 RESET_CYCLES = 4
 _CLOCKS = ("clk", "clock")
@@ -221,7 +227,17 @@ def problem_files(row_number, prompt, code):
         "_prompt.txt": rename.sub("TopModule", prompt).strip() + "\n",
         "_ref.sv": rename.sub("RefModule", code),
         "_test.sv": testbench(header),
+        ANSWER: rename.sub("TopModule", code).strip(),
     }
+
+
+def training_row(problem_id, texts):
+    """The problem as a `messages` training row: the conversation the evaluation
+    sends (upstream protocol, no shots) answered with the reference, as the
+    protocol asks for code ([BEGIN] ... [DONE])."""
+    return {"id": problem_id, "messages": [
+        *protocols.messages("upstream", texts["_prompt.txt"]),
+        {"role": "assistant", "content": f"[BEGIN]\n{texts[ANSWER]}\n[DONE]"}]}
 
 
 def write_dataset(source, out_dir):
@@ -230,7 +246,7 @@ def write_dataset(source, out_dir):
     `skipped` maps a row number to its reason. The folder is written under a
     temporary name and renamed into place, so it is complete or absent.
     """
-    ids, skipped, files = [], {}, {}
+    ids, skipped, files, rows = [], {}, {}, []
     for row in codev.read_rows(source):
         if isinstance(row, sources.Skip):
             skipped[row.number] = row.reason
@@ -243,7 +259,9 @@ def write_dataset(source, out_dir):
             skipped[row.number] = str(e)
             continue
         ids.append(problem_id)
-        files.update({problem_id + suffix: text for suffix, text in texts.items()})
+        rows.append(json.dumps(training_row(problem_id, texts)) + "\n")
+        files.update({problem_id + suffix: text for suffix, text in texts.items()
+                      if suffix != ANSWER})
     if not ids:
         raise SampleTaskError(f"no usable task in {source}: {skipped}")
     tmp = out_dir.rstrip("/") + ".partial"
@@ -252,6 +270,7 @@ def write_dataset(source, out_dir):
             os.remove(os.path.join(tmp, name))
     os.makedirs(tmp, exist_ok=True)
     files[problems_lib.PROBLEMS_FILE] = "".join(f"{i}\n" for i in ids)
+    files[TRAINING_ROWS] = "".join(rows)
     for name, text in files.items():
         with open(os.path.join(tmp, name), "w") as f:
             f.write(text)

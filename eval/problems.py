@@ -26,6 +26,8 @@ class ProblemsError(cli.UserError):
 
 
 PROBLEMS_FILE = "problems.txt"
+# A sample-task data set's problems as `messages` training rows (eval/sample_tasks.py).
+TRAINING_ROWS = "train.jsonl"
 DATASET = "dataset_spec-to-rtl"
 SHARED_DATASET = os.path.join("shared", "verilog-eval", DATASET)
 FETCHED_DATASET = os.path.join(".venvs", "verilog-eval", DATASET)

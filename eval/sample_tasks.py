@@ -41,7 +41,6 @@ from eval import problems as problems_lib
 from eval import protocols
 
 CYCLES = 200
-TRAINING_ROWS = "train.jsonl"  # the problems as training rows (the pipeline's demo)
 ANSWER = "_answer"  # the reference named TopModule, for the training rows
 SETTLE_CYCLES = 16
 RESET_CYCLES = 4
@@ -270,7 +269,7 @@ def write_dataset(source, out_dir):
             os.remove(os.path.join(tmp, name))
     os.makedirs(tmp, exist_ok=True)
     files[problems_lib.PROBLEMS_FILE] = "".join(f"{i}\n" for i in ids)
-    files[TRAINING_ROWS] = "".join(rows)
+    files[problems_lib.TRAINING_ROWS] = "".join(rows)
     for name, text in files.items():
         with open(os.path.join(tmp, name), "w") as f:
             f.write(text)

@@ -111,7 +111,7 @@ class DatasetTest(absltest.TestCase):
 
 
     def test_training_rows_ask_as_the_evaluation_asks_and_answer_correctly(self):
-        with open(os.path.join(self.dir, sample_tasks.TRAINING_ROWS)) as f:
+        with open(os.path.join(self.dir, problems.TRAINING_ROWS)) as f:
             rows = {row["id"]: row for row in map(json.loads, f)}
         self.assertEqual(sorted(rows), sorted(self.ids))
         for problem_id in ("Prob001_mux4_8", "Prob022_dff_srst"):

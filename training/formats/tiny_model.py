@@ -127,8 +127,13 @@ def tiny_multimodal_config(text_config, tokenizer):
     return config
 
 
-def build_tiny_model(config, seed=0):
-    """Random weights (std 0.02, and non-trivial norms) for `config`, in fp32."""
+def build_tiny_model(config, seed=0, embedding_std=0.02):
+    """Random weights (std 0.02, and non-trivial norms) for `config`, in fp32.
+
+    `embedding_std` sets the token embeddings' scale. They are tied to the
+    output: with std 0.02 a logit stays within about +-1.6 (80 dimensions after
+    the final norm), so no fine-tune can make one token likely; a larger scale
+    gives a base that LoRA can teach to reproduce text (the pipeline's demo)."""
     torch.manual_seed(seed)
     multimodal = isinstance(config, transformers.Gemma4Config)
     cls = transformers.Gemma4ForConditionalGeneration if multimodal else transformers.Gemma4ForCausalLM
@@ -137,13 +142,16 @@ def build_tiny_model(config, seed=0):
         for name, param in model.named_parameters():
             if "norm" in name or "scale" in name:
                 param.copy_(1.0 + 0.1 * torch.randn_like(param))
+            elif name.endswith("language_model.embed_tokens.weight") or \
+                    name == "model.embed_tokens.weight":
+                param.normal_(0.0, embedding_std)
             else:
                 param.normal_(0.0, 0.02)
     return model.eval()
 
 
 def save_tiny_model(out_dir, tokenizer, seed=0, dtype=torch.float32, multimodal=True,
-                    **overrides):
+                    embedding_std=0.02, **overrides):
     """Writes a tiny random Gemma 4 HF directory with `tokenizer`; returns out_dir.
 
     `overrides` change fields of the text config.
@@ -161,7 +169,7 @@ def save_tiny_model(out_dir, tokenizer, seed=0, dtype=torch.float32, multimodal=
         config = tiny_multimodal_config(text, tokenizer)
         config.eos_token_id = eos
         shards = {"max_shard_size": SHARD_SIZE}
-    model = build_tiny_model(config, seed).to(dtype)
+    model = build_tiny_model(config, seed, embedding_std).to(dtype)
     os.makedirs(out_dir, exist_ok=True)
     for name in os.listdir(out_dir):  # an earlier save's weights, index or processor
         if name.startswith("model") and name.endswith((".safetensors", ".index.json")) \
@@ -183,7 +191,7 @@ def _write_processor_config(model_dir):
     os.replace(tmp, os.path.join(model_dir, "processor_config.json"))
 
 
-def ensure(path, seed=0):
+def ensure(path, seed=0, embedding_std=0.02):
     """Writes the tiny base at `path` unless it is there (atomically); returns path.
 
     A multimodal base written before it had a processor config gets one.
@@ -192,7 +200,8 @@ def ensure(path, seed=0):
     config_path = os.path.join(path, "config.json")
     if not os.path.exists(config_path):
         tmp = f"{path}.tmp{os.getpid()}"
-        save_tiny_model(tmp, tokenizer_lib.build_tokenizer(), seed=seed)
+        save_tiny_model(tmp, tokenizer_lib.build_tokenizer(), seed=seed,
+                        embedding_std=embedding_std)
         os.replace(tmp, path)
     elif not os.path.exists(os.path.join(path, "processor_config.json")):
         with open(config_path) as f:

@@ -347,6 +347,14 @@ def use_fsdp(config, processes):
     return processes > 1 if config.fsdp is None else bool(config.fsdp)
 
 
+def _schedule(optimizer):
+    """HF's cosine schedule, ending at `end_learning_rate` as the TPU stack's does."""
+    if optimizer.end_learning_rate:
+        return {"lr_scheduler_type": "cosine_with_min_lr",
+                "lr_scheduler_kwargs": {"min_lr": optimizer.end_learning_rate}}
+    return {"lr_scheduler_type": "cosine"}
+
+
 def training_args(config, output_dir, processes, accumulation, total_steps, on_gpu, rank=0):
     """The SFTConfig of a run: the recipe's hyperparameters, our data, FSDP when asked.
 
@@ -376,7 +384,7 @@ def training_args(config, output_dir, processes, accumulation, total_steps, on_g
     return SFTConfig(
         output_dir=output_dir, per_device_train_batch_size=config.batch.per_device_size,
         gradient_accumulation_steps=accumulation, max_steps=total_steps,
-        learning_rate=config.optimizer.learning_rate, lr_scheduler_type="cosine",
+        learning_rate=config.optimizer.learning_rate, **_schedule(config.optimizer),
         warmup_steps=hparams.warmup_steps(config.optimizer, total_steps),
         weight_decay=config.optimizer.weight_decay,
         adam_beta1=config.optimizer.b1, adam_beta2=config.optimizer.b2,

@@ -163,10 +163,13 @@ class SandboxTest(absltest.TestCase):
         self.assertEqual(result.returncode, 128 + signal.SIGXCPU)
 
     def test_limits_without_isolation(self):
-        box = self._box(sandbox.NONE, file_bytes=16 << 10, wall_s=1.0)
+        # A generous wall limit for the file cap: on a loaded machine `yes` may not
+        # write 16 KiB within a second, and the wall limit would end it first.
+        box = self._box(sandbox.NONE, file_bytes=16 << 10, wall_s=30.0)
         result, out, _, _ = self._run(box, "yes")
         self.assertLessEqual(len(out), 16 << 10)
         self.assertEqual(result.returncode, 128 + signal.SIGXFSZ)
+        box = self._box(sandbox.NONE, file_bytes=16 << 10, wall_s=1.0)
         result, _, _, _ = self._run(box, "sleep 30")
         self.assertTrue(result.wall_timeout)
 

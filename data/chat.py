@@ -169,23 +169,23 @@ class ChatEncoder:
     def _history(self, messages, marked, tools, earlier):
         """The served prompt for the last turn, and the spans of the `earlier` turns in it."""
         context = marked[:-1]
-        text = self._render(context, tools, add_generation_prompt=True)
+        served = self._render(context, tools, add_generation_prompt=True)
         if not earlier:
-            return text, ()
+            return served, ()
         pieces, spans, cursor, length = [], [], 0, 0
         for index in earlier:
-            start, end = self._find(text, index)
-            before, after = self._tool_calls(context, tools, index, text,
+            start, end = self._find(served, index)
+            before, after = self._tool_calls(context, tools, index, served,
                                              add_generation_prompt=True)
             restored = [*context[:index], messages[index], *context[index + 1:]]
             content = _between(self._render(restored, tools, add_generation_prompt=True),
-                               text, start, end)
-            head, span = text[cursor:start - len(before)], before + content + after
+                               served, start, end)
+            head, span = served[cursor:start - len(before)], before + content + after
             pieces += [head, span]
             spans.append((length + len(head), length + len(head) + len(span)))
             length += len(head) + len(span)
             cursor = end + len(after)
-        pieces.append(text[cursor:])
+        pieces.append(served[cursor:])
         prompt = "".join(pieces)
         if prompt != self._render(messages[:-1], tools, add_generation_prompt=True):
             raise TemplateError("the chat template renders one assistant turn differently "

@@ -109,12 +109,14 @@ def _tool_calls(calls):
     return out
 
 
-def _messages(value, field):
+def _messages(value, field, role=None):
+    """The checked messages of a column; a string is one message of `role`, where
+    the format allows one (prompt/completion)."""
     value = _json_value(value)
     if value is None:
         raise sources.SkipRow(sources.MISSING_FIELD, field)
-    if isinstance(value, str):
-        return value
+    if isinstance(value, str) and role:
+        value = [{"role": role, "content": value}]
     if not isinstance(value, list) or not value:
         raise sources.SkipRow(sources.BAD_MESSAGES, f"{field} is not a list of messages")
     return [_check_message(m) for m in value]
@@ -139,18 +141,9 @@ class Converter:
             return self._codev(fields)
         if self.format == "messages":
             messages, first_trained = _messages(fields.get("messages"), "messages"), 0
-            if isinstance(messages, str):
-                raise sources.SkipRow(sources.BAD_MESSAGES, "messages is not a list of messages")
         else:
-            prompt = _messages(fields.get("prompt"), "prompt")
-            completion = _messages(fields.get("completion"), "completion")
-            if isinstance(prompt, str):
-                prompt = [{"role": "user", "content": prompt}]
-            if isinstance(completion, str):
-                completion = [{"role": "assistant", "content": completion}]
-            for message in completion:
-                if message["role"] == "assistant" and not chat.text(message["content"]).strip():
-                    raise sources.SkipRow(sources.EMPTY, "completion")
+            prompt = _messages(fields.get("prompt"), "prompt", role="user")
+            completion = _messages(fields.get("completion"), "completion", role="assistant")
             messages, first_trained = prompt + completion, len(prompt)
         if not self._keep_system:
             def kept(part):

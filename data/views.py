@@ -52,9 +52,15 @@ def collate(rows):
     """Rows of `hf_dataset` -> the tensors a transformers causal LM takes.
 
     `labels` are the input ids where the loss mask is 1 and -100 elsewhere
-    (transformers shifts them by one, as the TPU stack shifts its mask);
-    `attention_mask` is 0 on padding; `position_ids` restart per segment,
-    which is how transformers' varlen (padding-free) attention sees packing.
+    (transformers shifts them by one, as the TPU stack shifts its mask).
+    `position_ids` restart at 0 with every segment and no `attention_mask` is
+    passed: transformers then builds each layer's mask from the restarts (causal,
+    within a segment, and within the window on sliding layers; for eager, sdpa
+    and flex attention alike, and varlen lengths for flash attention), so a
+    packed row's examples never see each other. Padding (position 0 after the
+    last segment) is a run of one-token segments that nothing attends to.
+    Padded rows take the same path: their one segment attends as under a
+    padding mask.
     """
     import torch  # pylint: disable=import-outside-toplevel
 
@@ -65,6 +71,5 @@ def collate(rows):
     return {
         "input_ids": input_ids,
         "labels": torch.where(stack("completion_mask").bool(), input_ids, IGNORE_INDEX),
-        "attention_mask": (stack("segment_ids") > 0).long(),
         "position_ids": stack("position_ids"),
     }

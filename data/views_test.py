@@ -41,8 +41,16 @@ class ViewsTest(absltest.TestCase):
             hf = views.collate(rows)
             np.testing.assert_array_equal(batch["input_ids"], hf["input_ids"].numpy())
             np.testing.assert_array_equal(batch["positions"], hf["position_ids"].numpy())
-            np.testing.assert_array_equal(batch["segment_ids"] > 0,
-                                          hf["attention_mask"].numpy() == 1)
+            self.assertNotIn("attention_mask", hf)
+            # transformers starts a segment wherever a position is not the last one + 1
+            # (a row's first token opens its first): the segments' starts, and every
+            # padding token.
+            positions = hf["position_ids"].numpy()
+            starts = np.diff(positions, prepend=positions[:, :1] - 1) != 1
+            segments = batch["segment_ids"]
+            expected = (np.diff(segments, prepend=0) != 0) | (segments == 0)
+            expected[:, 0] = False
+            np.testing.assert_array_equal(starts, expected)
             labels = hf["labels"].numpy()
             trained = batch["loss_mask"] == 1
             np.testing.assert_array_equal(labels[trained], batch["input_ids"][trained])

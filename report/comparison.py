@@ -36,12 +36,56 @@ def training_rows(runs):
             "hours": t.hours, "tokens_per_s": t.tokens_per_s,
             "trained_tokens_per_s": t.trained_tokens_per_s, "mfu": t.mfu,
             "eval_loss": t.curves["eval_loss"][-1][1] if t.curves.get("eval_loss") else None,
+            "setup": t.setup, "recipe": t.recipe,
             "dollars_per_hour": price, "cost": cost,
             "dollars_per_million_tokens": costs.dollars_per_million_tokens(t.tokens_per_s, price),
             "dollars_per_million_trained_tokens": costs.dollars_per_million_tokens(
                 t.trained_tokens_per_s, price),
             "source": t.source})
     return rows
+
+
+# Attention kernels by what they cost: scores materialized, or fused (blockwise).
+ATTENTION_KINDS = {"dense": "dense", "eager": "dense", "splash": "fused", "sdpa": "fused",
+                   "flash_attention_2": "fused", "flash_attention_3": "fused",
+                   "flex_attention": "fused"}
+# The setup fields two runs must share: (field, how it reads, what is compared).
+SETUP_FIELDS = (
+    ("packing", lambda v: "packed" if v else "padded", bool),
+    ("attention", lambda v: v if ATTENTION_KINDS.get(v, v) == v else f"{ATTENTION_KINDS[v]} ({v})",
+     lambda v: ATTENTION_KINDS.get(v, v)),
+    ("remat", lambda v: "on" if v else "off", bool),
+    ("micro_batch", str, int),
+    ("effective_batch", str, int))
+
+
+def _flat(tree, prefix=""):
+    if not isinstance(tree, dict):
+        return {prefix: tree}
+    out = {}
+    for key, value in tree.items():
+        out.update(_flat(value, f"{prefix}.{key}" if prefix else key))
+    return out
+
+
+def unlike(training):
+    """How the TPU run and the GPU run differ besides their platform, as phrases
+    ("packing: TPU packed, GPU padded"); [] when alike, or when a side has no run
+    or did not record its setup. A difference here is in the cost ratios too."""
+    by = {row["platform"]: row for row in training}
+    if not {"TPU", "GPU"} <= set(by):
+        return []
+    tpu, gpu = by["TPU"], by["GPU"]
+    out = []
+    for name, show, compared in SETUP_FIELDS:
+        a, b = tpu["setup"].get(name), gpu["setup"].get(name)
+        if a is not None and b is not None and compared(a) != compared(b):
+            out.append(f"{name.replace('_', ' ')}: TPU {show(a)}, GPU {show(b)}")
+    a, b = _flat(tpu["recipe"]), _flat(gpu["recipe"])
+    for key in sorted(set(a) & set(b)):
+        if a[key] != b[key]:
+            out.append(f"recipe {key}: TPU {a[key]}, GPU {b[key]}")
+    return out
 
 
 def _stat(points, name):
@@ -164,7 +208,8 @@ def build(runs, hours=(1.0, 24.0), input_len="4096"):
     quality, differences = quality_rows(runs)
     report = {"source": runs.source, "training": training, "serving": serving,
               "ownership": ownership(training, serving, hours, input_len),
-              "quality": quality, "quality_differences": differences}
+              "quality": quality, "quality_differences": differences,
+              "unlike": unlike(training)}
     stacks = {row["platform"] for row in training}
     tpu, gpu = _pair(training, "cost")
     report["training_ratios"] = {

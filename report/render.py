@@ -54,6 +54,17 @@ def _money(value):
 # ("h", level, text) ("p", text) ("table", header, rows) ("img", path, caption).
 
 
+def _setup(setup):
+    """A training row's setup in a few words: "packed, splash, no remat, micro-batch 2 of 8"."""
+    if not setup:
+        return "n/a"
+    words = [{True: "packed", False: "padded"}.get(setup.get("packing"), "?"),
+             setup.get("attention") or "?",
+             {True: "remat", False: "no remat"}.get(setup.get("remat"), "?")]
+    return ", ".join(words) + (f", micro-batch {setup.get('micro_batch', '?')} of "
+                               f"{setup.get('effective_batch', '?')}")
+
+
 def blocks(report, plots):
     out = [("h", 1, "TPU vs GPU: fine-tuning and serving Gemma 4"),
            ("p", f"Inputs: {report['source']}.")]
@@ -61,11 +72,15 @@ def blocks(report, plots):
         out.append(("p", "Missing: " + "; ".join(report["missing"]) + "."))
     if report["repaired"]:
         out.append(("p", "Repaired: " + "; ".join(report["repaired"]) + "."))
+    unlike = report.get("unlike") or []
+    caveat = (f"The TPU and GPU runs differ in more than their platform ({'; '.join(unlike)}): "
+              "these ratios compare the two runs, not the two platforms. ") if unlike else ""
     out.append(("h", 2, "Training"))
-    out.append(("table", ["run", "machine", "wall time", "tokens/s", "trained tokens/s", "MFU",
-                          "last eval_loss", "$/hour", "$ per run", "$ per 1M tokens", "$ per 1M trained tokens",
-                          "from"],
-                [[r["label"], r["machine"], _duration(r["hours"]), _fmt(r["tokens_per_s"], 1),
+    out.append(("table", ["run", "machine", "setup", "wall time", "tokens/s", "trained tokens/s",
+                          "MFU", "last eval_loss", "$/hour", "$ per run", "$ per 1M tokens",
+                          "$ per 1M trained tokens", "from"],
+                [[r["label"], r["machine"], _setup(r.get("setup") or {}), _duration(r["hours"]),
+                  _fmt(r["tokens_per_s"], 1),
                   _fmt(r["trained_tokens_per_s"], 1),
                   "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%",
                   "n/a" if r.get("eval_loss") is None else f"{r['eval_loss']:.4f}",
@@ -75,7 +90,7 @@ def blocks(report, plots):
                  for r in report["training"]]))
     ratios = report["training_ratios"]
     if ratios["gpu_cost_over_tpu"] is not None:
-        out.append(("p", f"GPU training costs {ratios['gpu_cost_over_tpu']:.2f}x the TPU's; "
+        out.append(("p", caveat + f"GPU training costs {ratios['gpu_cost_over_tpu']:.2f}x the TPU's; "
                          f"TPU processes {ratios['tpu_speed_over_gpu']:.2f}x the GPU's "
                          "tokens per second."))
     for name in ("loss", "grad_norm"):
@@ -98,7 +113,8 @@ def blocks(report, plots):
     if "serving" in plots:
         out.append(("img", plots["serving"], "output tokens/s by request rate"))
     own = report["ownership"]
-    out.append(("h", 2, "Cost of ownership"))
+    out.append(("h", 2, "Cost of ownership" + (
+        f" (unlike runs: {', '.join(u.split(':')[0] for u in unlike)} differ)" if unlike else "")))
     if own["platforms"]:
         hours = list(next(iter(own["platforms"].values()))["at_hours"])
         out.append(("table", ["platform", "training", "serving $/hour",
@@ -109,7 +125,7 @@ def blocks(report, plots):
                       _money(p["dollars_per_million_output_tokens"]), ", ".join(p["sources"])]
                      for name, p in own["platforms"].items()]))
         if "gpu_over_tpu_at_hours" in own:
-            text = "GPU / TPU: " + ", ".join(f"{_fmt(r)}x at {h} h" for h, r in
+            text = caveat + "GPU / TPU: " + ", ".join(f"{_fmt(r)}x at {h} h" for h, r in
                                              own["gpu_over_tpu_at_hours"].items())
             cross = own.get("crossover_hours")
             text += (f"; the two cost the same after {cross:.1f} h of serving" if cross

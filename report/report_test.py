@@ -20,9 +20,10 @@ def _write(path, value):
             json.dump(value, f)
 
 
-def fake_training(directory, stack, machine, step_seconds, losses, eval_losses=None):
-    """A run's files; `eval_losses` {step: loss} adds validation records after those steps."""
-    _write(os.path.join(directory, "run.json"), {"stack": stack, "machine": machine})
+def fake_training(directory, stack, machine, step_seconds, losses, eval_losses=None, **info):
+    """A run's files; `eval_losses` {step: loss} adds validation records after those steps;
+    `info` adds run.json fields."""
+    _write(os.path.join(directory, "run.json"), {"stack": stack, "machine": machine, **info})
     records = []
     for i, loss in enumerate(losses):
         records.append({"step": i + 1, "loss": loss, "grad_norm": 1.0, "tokens": 3600,
@@ -144,6 +145,53 @@ class RunsReportTest(absltest.TestCase):
         for section in ("## Training", "## Serving", "## Cost of ownership", "## Quality"):
             self.assertIn(section, text)
         self.assertIn("(dashed: eval_loss on the validation set)", text)
+
+    def test_unlike_runs_are_flagged_before_their_costs_are_compared(self):
+        tmp = self.create_tempdir().full_path
+        recipe = {"lora": {"rank": 64, "alpha": 64.0}, "optimizer": {"learning_rate": 1e-4}}
+        v5p8 = {"packing": True, "attention": "splash", "remat": False, "per_device_batch": 2,
+                "effective_batch": 8, "recipe": recipe}
+        h100x2 = {"packing": False, "attention": "sdpa", "remat": True, "per_device_batch": 1,
+                  "effective_batch": 8, "recipe": recipe}
+        serving = [fake_serving(os.path.join(tmp, "bench-tpu"), "tpu-v6e-8", {4.0: 1200.0}),
+                   fake_serving(os.path.join(tmp, "bench-gpu"), "gpu-h100x2", {4.0: 700.0})]
+
+        def report(name, tpu, gpu):
+            directories = [
+                fake_training(os.path.join(tmp, name, "tpu"), "tpu", "tpu-v5p-8", 2.0, [3.0], **tpu),
+                fake_training(os.path.join(tmp, name, "gpu"), "gpu", "gpu-h100x2", 4.0, [3.0], **gpu),
+                *serving]
+            out = os.path.join(tmp, name, "report")
+            done = render(directories, out)
+            self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+            with open(os.path.join(out, "report.json")) as f, \
+                    open(os.path.join(out, "report.md")) as g:
+                return json.load(f), g.read()
+
+        data, text = report("unlike", v5p8, h100x2 | {
+            "recipe": recipe | {"optimizer": {"learning_rate": 2e-4}}})
+        self.assertEqual(data["unlike"], [
+            "packing: TPU packed, GPU padded", "remat: TPU off, GPU on",
+            "micro batch: TPU 2, GPU 1",
+            "recipe optimizer.learning_rate: TPU 0.0001, GPU 0.0002"])
+        self.assertIn("## Cost of ownership (unlike runs: packing, remat, micro batch, recipe "
+                      "optimizer.learning_rate differ)", text)
+        caveat = ("The TPU and GPU runs differ in more than their platform (packing: TPU "
+                  "packed, GPU padded; ")
+        self.assertIn(caveat, text)
+        self.assertEqual(text.count("these ratios compare the two runs, not the two "
+                                    "platforms. "), 2)  # the training and ownership ratios
+        self.assertIn(caveat, text[text.index("GPU / TPU: ") - 400:])
+        self.assertIn("| packed, splash, no remat, micro-batch 2 of 8 |", text)
+        self.assertIn("| padded, sdpa, remat, micro-batch 1 of 8 |", text)
+        # Packed on both, splash and sdpa both fused kernels: alike, no caveat.
+        data, text = report("alike", v5p8 | {"per_device_batch": 1, "remat": True},
+                            h100x2 | {"packing": True})
+        self.assertEqual(data["unlike"], [])
+        self.assertIn("## Cost of ownership\n", text)
+        self.assertNotIn("differ in more than their platform", text)
+        # The paper's runs state no setup: nothing is claimed either way.
+        self.assertEqual(comparison.build(runs_lib.reference())["unlike"], [])
 
     def test_report_from_runs_in_a_bucket_into_a_bucket(self):
         tmp = self.create_tempdir().full_path

@@ -40,6 +40,10 @@ class Training:
     trained_tokens: int | None = None
     mfu: float | None = None
     curves: dict = dataclasses.field(default_factory=dict)  # name -> [(step, value)]
+    # How the run was set up (packing, attention, remat, batches) and its recipe
+    # (run.json); empty where unknown (the paper's runs, older run directories).
+    setup: dict = dataclasses.field(default_factory=dict)
+    recipe: dict = dataclasses.field(default_factory=dict)
     source: str = ""
 
 
@@ -110,7 +114,13 @@ def _training(directory, named, repaired):
         machine=info.get("machine", "?"), hours=seconds / 3600, tokens_per_s=tokens / seconds,
         trained_tokens_per_s=trained / seconds, tokens=tokens, trained_tokens=trained,
         mfu=sum(mfus) / len(mfus) if mfus else None, curves=curves,
-        source=storage.join(named, "metrics.jsonl"))
+        setup={name: info[key] for name, key in SETUP_KEYS if key in info},
+        recipe=info.get("recipe", {}), source=storage.join(named, "metrics.jsonl"))
+
+
+# The setup fields of a training row: (name in the report, key in run.json).
+SETUP_KEYS = (("packing", "packing"), ("attention", "attention"), ("remat", "remat"),
+              ("micro_batch", "per_device_batch"), ("effective_batch", "effective_batch"))
 
 
 def _serving(named, summary):

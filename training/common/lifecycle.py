@@ -186,15 +186,32 @@ def check_compatible(saved, expected, where):
                 f"{value!r}; use another --workdir or the original config")
 
 
-def write_run_info(run, *, devices, processes, device_kind, parallelism):
-    """run.json: what the run used. The keys are the same on both stacks."""
+def recipe(config, total_steps):
+    """The hyperparameters two runs must share to compare platforms (run.json)."""
+    lora = config.lora
+    return {"lora": {"rank": lora.rank, "alpha": float(lora.alpha), "dropout": lora.dropout,
+                     "targets": sorted(lora.target_modules)},
+            "optimizer": config.optimizer.to_dict(),
+            "warmup_steps": hparams.warmup_steps(config.optimizer, total_steps),
+            "seq_len": config.data.max_seq_len, "epochs": config.data.epochs,
+            "max_steps": config.max_steps, "data": config.data.source}
+
+
+def write_run_info(run, *, devices, processes, device_kind, parallelism, attention):
+    """run.json: what the run used. The keys are the same on both stacks.
+
+    `attention` names the attention kernel (the TPU stack's `attention.kernel`,
+    the GPU stack's `model.attn_implementation`); with packing, remat, the batches
+    and the recipe it is what the report compares before it compares costs."""
     config, report = run.config, run.prepared.report
     storage.write_json(storage.join(run.workdir, run_dir_lib.RUN_INFO), {
         "stack": run.stack, "base_model": run.base_dir, "model_name": config.model.name,
         "machine": run.machine.name, "total_steps": run.total_steps,
         "accumulation_steps": run.accumulation, "per_device_batch": config.batch.per_device_size,
         "effective_batch": config.batch.effective_size, "seq_len": config.data.max_seq_len,
-        "packing": bool(config.data.packing), "parallelism": parallelism,
+        "packing": bool(config.data.packing), "attention": attention,
+        "remat": bool(config.remat), "recipe": recipe(config, run.total_steps),
+        "parallelism": parallelism,
         "devices": devices, "processes": processes, "device_kind": device_kind,
         "lora": run.lora_meta,
         "versions": run_dir_lib.package_versions(VERSIONED_PACKAGES[run.stack]),

@@ -8,7 +8,8 @@ def gpu_config(recipe, *, model, dtype, num_processes, machine):
     c = recipe
     c.model = config_dict.ConfigDict({
         "name": model, "dtype": dtype,
-        # Packing needs attention that reads per-segment position_ids (varlen).
+        # transformers' attention. "sdpa" (the default) runs both head dims (256
+        # and 512) and packed rows: data/views.py, README "GPU training".
         "attn_implementation": "sdpa"})
     # Data-parallel processes (GPUs), launched by the binary through torchrun.
     c.num_processes = num_processes
@@ -20,3 +21,8 @@ def gpu_config(recipe, *, model, dtype, num_processes, machine):
     c.log_every = 1
     c.max_steps = 0  # 0: the whole data set
     return c
+
+
+def use_fsdp(config, processes):
+    """FSDP when several processes run, unless the config forces it on or off."""
+    return processes > 1 if config.fsdp is None else bool(config.fsdp)

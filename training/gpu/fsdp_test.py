@@ -82,6 +82,7 @@ class FsdpTest(absltest.TestCase):
         self.assertEqual(ordered_0, ordered_1)
 
     def test_h100x2_generates_fsdp2_with_transformers_activation_checkpointing(self):
+        from training.gpu import config_base  # pylint: disable=import-outside-toplevel
         from training.gpu import trainer  # pylint: disable=import-outside-toplevel
         from training.gpu.configs import h100x2  # pylint: disable=import-outside-toplevel
         config = h100x2.get_config()
@@ -96,9 +97,9 @@ class FsdpTest(absltest.TestCase):
         self.assertFalse(plugin["activation_checkpointing"])
         self.assertTrue(args.gradient_checkpointing)
         # Decided at run time: one process runs without FSDP, unless forced.
-        self.assertFalse(trainer.use_fsdp(config, 1))
+        self.assertFalse(config_base.use_fsdp(config, 1))
         config.fsdp = False
-        self.assertFalse(trainer.use_fsdp(config, 2))
+        self.assertFalse(config_base.use_fsdp(config, 2))
         self.assertEqual((args.per_device_train_batch_size, args.gradient_accumulation_steps,
                           args.learning_rate, args.warmup_steps, args.weight_decay),
                          (1, 4, 1e-4, 100, 0.001))

@@ -30,9 +30,14 @@ from absl import logging as absl_logging
 
 from common import cli
 from common import config_cli
+from common import machines
 from common import storage
 from training.common import run_dir
+from training.formats import base_model
+from training.formats import gemma4_map
+from training.gpu import config_base
 from training.gpu import launching
+from training.gpu import memory_plan
 
 _CONFIG = config_cli.define_config_flag(__file__)
 _WORKDIR = flags.DEFINE_string(
@@ -71,12 +76,25 @@ def launch(config):
     return 0
 
 
+def plan_memory(config):
+    """The memory plan per GPU from the base's config.json alone (no weight is read or
+    downloaded), refused when over the machine's memory. The tiny base is written
+    by the run itself: nothing to plan for it here."""
+    if config.model.name == base_model.TINY:
+        return
+    dims = gemma4_map.Dims.from_hf_config(base_model.config_only(config.model.name)[0])
+    memory_plan.plan(dims, config, machines.get(config.machine), config.num_processes,
+                     config_base.use_fsdp(config, config.num_processes), print)
+
+
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     config = _CONFIG.value
     workdir = config_cli.user_path(_WORKDIR.value)
     launching.processes_per_node(config.num_processes, _NNODES.value)  # splits evenly
+    if "LOCAL_RANK" not in os.environ:  # once, before torchrun starts the workers
+        plan_memory(config)
     launching.check_devices(config, _NNODES.value)
     if storage.is_url(workdir) and _NNODES.value > 1:
         raise cli.UserError(

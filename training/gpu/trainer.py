@@ -32,6 +32,7 @@ from training.common import hparams
 from training.common import lifecycle
 from training.common import run_dir as run_dir_lib
 from training.formats import gemma4_map
+from training.gpu import config_base
 
 log = logging.getLogger("training.gpu")
 ADAPTER = "adapter"  # the final PEFT adapter, under the run directory
@@ -294,9 +295,6 @@ def train(config, workdir):
     run = lifecycle.start(config, workdir, stack="gpu", is_main=rank == 0,
                           barrier=lambda: lifecycle.wait_for_main(workdir, config),
                           data_parallel=processes)
-    if config.data.packing and config.model.attn_implementation == "sdpa":
-        raise cli.UserError("packing on the GPU stack needs varlen attention "
-                            "(config.model.attn_implementation='flash_attention_2')")
     log.info(lifecycle.load_data(run))
     bucket = None
     output_dir = storage.join(workdir, run_dir_lib.CHECKPOINTS)
@@ -328,7 +326,8 @@ def train(config, workdir):
         lifecycle.write_run_info(
             run, devices=processes, processes=processes,
             device_kind=torch.cuda.get_device_name() if torch.cuda.is_available() else "cpu",
-            parallelism={"data": processes, "tensor": 1, "fsdp": bool(trainer.is_fsdp_enabled)})
+            parallelism={"data": processes, "tensor": 1, "fsdp": bool(trainer.is_fsdp_enabled)},
+            attention=config.model.attn_implementation)
     if resume:
         log.info("resuming from %s", resume)
     trainer.train(resume_from_checkpoint=resume)
@@ -340,11 +339,6 @@ def train(config, workdir):
               else contextlib.nullcontext()) as out:
             save_adapter(trainer.model, out, is_main=rank == 0)
     return trainer.state.global_step
-
-
-def use_fsdp(config, processes):
-    """FSDP when several processes run, unless the config forces it on or off."""
-    return processes > 1 if config.fsdp is None else bool(config.fsdp)
 
 
 def _schedule(optimizer):
@@ -371,7 +365,7 @@ def training_args(config, output_dir, processes, accumulation, total_steps, on_g
     all-gather in PRE_BACKWARD), so no extra all-gather is expected.
     """
     from trl import SFTConfig  # pylint: disable=import-outside-toplevel
-    fsdp = use_fsdp(config, processes)
+    fsdp = config_base.use_fsdp(config, processes)
     fsdp_args = {}
     if fsdp:
         # Checkpoints keep each rank's shards (only the adapter's, for a PEFT

@@ -13,6 +13,7 @@ import dataclasses
 
 from common import cli
 from training.common import hparams
+from training.common import memory
 from training.common.flops import lora_parameter_count
 from training.common.flops import parameter_count
 from training.formats import gemma4_map
@@ -161,11 +162,7 @@ def config_estimate(dims, config):
 
 
 def format_estimate(parts, hbm_bytes=None):
-    lines = [f"  {name:<16} {value / GIB:8.2f} GiB" for name, value in parts.items()]
-    if hbm_bytes:
-        lines.append(f"  {'HBM per chip':<16} {hbm_bytes / GIB:8.2f} GiB "
-                     f"({100 * parts['total'] / hbm_bytes:.0f}% used)")
-    return "\n".join(lines)
+    return memory.format_parts(parts, hbm_bytes, "HBM per chip", width=16)
 
 
 def check_fits(parts, hbm_bytes):

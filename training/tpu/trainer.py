@@ -166,7 +166,8 @@ def train(config, workdir, shared_fs=False):
             run, devices=jax.device_count(), processes=jax.process_count(),
             device_kind=jax.devices()[0].device_kind,
             parallelism={"data": config.mesh.fsdp, "tensor": config.mesh.tp,
-                         "fsdp": config.mesh.fsdp > 1})
+                         "fsdp": config.mesh.fsdp > 1},
+            attention=config.attention.kernel)
     return _loop(run, state, step, data_iterator, checkpoints)
 
 

@@ -9,8 +9,5 @@ from training.gpu import config_base
 
 
 def get_config():
-    c = config_base.gpu_config(hparams.tiny(hparams.reference()), model="tiny-random-gemma4",
-                               dtype="float32", num_processes=1, machine="cpu")
-    # Padding: transformers packs only with varlen attention (flash attention).
-    c.data.packing = False
-    return c
+    return config_base.gpu_config(hparams.tiny(hparams.reference()), model="tiny-random-gemma4",
+                                  dtype="float32", num_processes=1, machine="cpu")

@@ -18,8 +18,8 @@ hold the measured sweep and the comparison with the reference's settings):
 - tp=4: pure fsdp (4 x 1) is slower at the same micro-batch;
 - all logits at once: chunked logits (loss_chunk) were slower and larger.
 
-The batch stays 8 sequences per optimizer step, as on the GPU stack (which
-cannot pack with sdpa attention). Packed, 8 sequences hold ~26 examples
+The batch stays 8 sequences per optimizer step, as on the GPU stack, which
+packs the same way (h100x2.py). Packed, 8 sequences hold ~26 examples
 instead of 8 (3,981 trained tokens instead of 1,253), so one epoch takes ~390
 steps instead of 1250 and the 100 warmup steps are a quarter of the run: pass
 --config.data.packing=False for the reference's schedule exactly.

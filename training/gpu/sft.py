@@ -79,10 +79,12 @@ def launch(config):
 def plan_memory(config):
     """The memory plan per GPU from the base's config.json alone (no weight is read or
     downloaded), refused when over the machine's memory. The tiny base is written
-    by the run itself: nothing to plan for it here."""
-    if config.model.name == base_model.TINY:
+    by the run itself, and a name that is no base is the run's to refuse: nothing
+    to plan for them here."""
+    name = config.model.name
+    if name == base_model.TINY or not (os.path.isdir(name) or base_model.is_hub_id(name)):
         return
-    dims = gemma4_map.Dims.from_hf_config(base_model.config_only(config.model.name)[0])
+    dims = gemma4_map.Dims.from_hf_config(base_model.config_only(name)[0])
     memory_plan.plan(dims, config, machines.get(config.machine), config.num_processes,
                      config_base.use_fsdp(config, config.num_processes), print)
 

@@ -33,8 +33,8 @@ running server instead of starting one (e.g. the TPU image on a v6e-8).
 """
 
 import json
-import os
 import math
+import os
 import subprocess
 import sys
 import time

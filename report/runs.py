@@ -89,6 +89,11 @@ def _json(path):
         raise RunsError(f"cannot read {path}: {e}") from None
 
 
+# The setup fields of a training row: (name in the report, key in run.json).
+SETUP_KEYS = (("packing", "packing"), ("attention", "attention"), ("remat", "remat"),
+              ("micro_batch", "per_device_batch"), ("effective_batch", "effective_batch"))
+
+
 def _training(directory, named, repaired):
     info = _json(os.path.join(directory, "run.json"))
     path = os.path.join(directory, "metrics.jsonl")
@@ -116,11 +121,6 @@ def _training(directory, named, repaired):
         mfu=sum(mfus) / len(mfus) if mfus else None, curves=curves,
         setup={name: info[key] for name, key in SETUP_KEYS if key in info},
         recipe=info.get("recipe", {}), source=storage.join(named, "metrics.jsonl"))
-
-
-# The setup fields of a training row: (name in the report, key in run.json).
-SETUP_KEYS = (("packing", "packing"), ("attention", "attention"), ("remat", "remat"),
-              ("micro_batch", "per_device_batch"), ("effective_batch", "effective_batch"))
 
 
 def _serving(named, summary):

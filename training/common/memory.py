@@ -1,6 +1,7 @@
 """Memory plans of both stacks, printed the same way."""
 
 GIB = 1024**3
+BYTES = {"bfloat16": 2, "float32": 4}  # per parameter of a model dtype
 
 
 def format_parts(parts, capacity=None, capacity_name="per device", width=17):

@@ -32,9 +32,9 @@ from common import cli
 from training.common import memory
 from training.common.flops import lora_parameter_count
 from training.common.flops import parameter_count
+from training.common.memory import BYTES
 from training.formats import gemma4_map
 
-BYTES = {"bfloat16": 2, "float32": 4}
 LORA_BYTES = 4  # PEFT's float32 factors (and so their gradients and AdamW moments)
 
 # Calibrated on CPU (memory_calibration.py), bytes per token and per element of width.

@@ -16,6 +16,8 @@ from training.common import hparams
 from training.common import memory
 from training.common.flops import lora_parameter_count
 from training.common.flops import parameter_count
+from training.common.memory import BYTES
+from training.common.memory import GIB
 from training.formats import gemma4_map
 
 
@@ -92,9 +94,6 @@ def check(mesh, dims, num_devices, batch_per_step=None):
                         f". Valid meshes for {num_devices} devices: {valid or 'none'}.")
 
 
-GIB = 1024**3
-
-
 # The activation terms, calibrated on XLA's buffer assignment for the 31B widths
 # on v5p-8 (the README's compile tables hold the fit): how many tensors of each
 # kind a layer keeps for its backward pass, and the bytes per logit.
@@ -145,9 +144,6 @@ def hbm_estimate(dims, mesh, *, seq_len, micro_batch, base_bytes, lora_rank, tun
     }
     parts["total"] = sum(parts.values())
     return parts
-
-
-BYTES = {"bfloat16": 2, "float32": 4}
 
 
 def config_estimate(dims, config):

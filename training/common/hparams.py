@@ -73,6 +73,16 @@ def reference():
     c.eval_every_steps = 100
     c.checkpoint_every_steps = 100
     c.checkpoints_to_keep = 3
+
+    # Where step metrics go beside metrics.jsonl (training/common/tracking.py):
+    # TensorBoard always; "tensorboard,wandb" adds Weights & Biases.
+    c.tracking = config_dict.ConfigDict()
+    c.tracking.report_to = "tensorboard"
+    c.tracking.project = "gemma4-sft"  # W&B project
+    c.tracking.entity = ""  # W&B team or user ("": the account's default)
+    c.tracking.run_name = ""  # "": the run directory's name
+    c.tracking.tags = ()
+    c.tracking.wandb_mode = ""  # online or offline ("": $WANDB_MODE, else online)
     return c
 
 

@@ -27,6 +27,7 @@ from data import pipeline
 from training.common import flops
 from training.common import hparams
 from training.common import run_dir as run_dir_lib
+from training.common import tracking
 from training.formats import base_model
 from training.formats import gemma4_map
 
@@ -112,6 +113,7 @@ def start(config, workdir, *, stack, is_main, barrier, data_parallel):
     The main process creates the run directory (and the tiny base of CPU runs);
     `barrier()` returns once it has; every shard of the base must then open.
     """
+    tracking.check(config)  # a tracker that cannot work fails now, not after the compile
     run_dir_lib.prepare(workdir)
     if is_main:
         config_cli.write_resolved_config(config, workdir)

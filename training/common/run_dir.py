@@ -6,6 +6,8 @@
                          batch, steps, devices, tool versions
       metrics.jsonl      one JSON object per logged step (`step`, `loss`, ...)
       tensorboard/       the same metrics as TensorBoard events
+      wandb/, tracking.json   W&B's files and run id, when the config asks for
+                         W&B (training/common/tracking.py)
       checkpoints/       Orbax (TPU) or HF Trainer/PEFT (GPU) checkpoints
       base_model/        the tiny random base of CPU runs (real runs name a Hub
                          id or directory in run.json instead)
@@ -23,11 +25,12 @@ import time
 from common import cli
 from common import jsonl
 from common import storage
+from training.common import tracking
 
 CONFIG = "config.json"
 RUN_INFO = "run.json"
 METRICS = "metrics.jsonl"
-TENSORBOARD = "tensorboard"
+TENSORBOARD = tracking.TENSORBOARD
 CHECKPOINTS = "checkpoints"
 
 # Per-step metrics, same names on both stacks.
@@ -80,7 +83,8 @@ def read_run_info(run_dir):
 
 
 class MetricsWriter:
-    """Appends step metrics to metrics.jsonl and TensorBoard (process 0 only).
+    """Appends step metrics to metrics.jsonl and the config's trackers (TensorBoard
+    always; training/common/tracking.py), process 0 only.
 
     On resume, lines for steps after the restored step are dropped first, so
     the file holds each step once; so is a torn last line that a killed run
@@ -89,13 +93,16 @@ class MetricsWriter:
     """
 
     PUSH_EVERY_S = 60
+    _PUSHED = (METRICS, tracking.TENSORBOARD, tracking.WANDB, tracking.STATE)
 
-    def __init__(self, run_dir, resume_step=0, enabled=True):
+    def __init__(self, run_dir, resume_step=0, enabled=True, config=None):
+        """`config`: the run's resolved config, whose `tracking` section picks the
+        trackers (None: TensorBoard alone)."""
         self._enabled = enabled
         if not enabled:
             return
         self._mirror = storage.Mirror(run_dir, clear=True)
-        self._mirror.pull([METRICS])
+        self._mirror.pull([METRICS, tracking.STATE])
         self._path = os.path.join(self._mirror.local, METRICS)
         if os.path.exists(self._path):
             try:
@@ -108,8 +115,8 @@ class MetricsWriter:
                              if r.get("step", 0) <= resume_step)
             os.replace(self._path + ".tmp", self._path)
         self._file = open(self._path, "a", buffering=1)
-        from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
-        self._tensorboard = SummaryWriter(os.path.join(self._mirror.local, TENSORBOARD))
+        self._trackers = tracking.open_trackers(config, self._mirror.local,
+                                                run_dir.rstrip("/").rsplit("/", 1)[-1])
         self._pushed = time.time()
 
     def write(self, metrics):
@@ -117,33 +124,36 @@ class MetricsWriter:
             return
         record = {"time": time.time(), **metrics}
         self._file.write(json.dumps(record) + "\n")
-        for name, value in metrics.items():
-            if name != "step" and isinstance(value, (int, float)) and value is not None:
-                self._tensorboard.add_scalar(f"train/{name}", value, metrics["step"])
+        scalars = {f"train/{name}": value for name, value in metrics.items()
+                   if name != "step" and isinstance(value, (int, float))}
+        for tracker in self._trackers:
+            tracker.log(scalars, metrics["step"])
         if self._mirror.remote and time.time() - self._pushed > self.PUSH_EVERY_S:
             self.flush()
 
     def write_eval(self, step, loss, tokens):
         """A validation record: `eval_loss` (summed loss / trained tokens of the whole
-        validation set) and `eval_tokens`, under TensorBoard's `eval/` tags."""
+        validation set) and `eval_tokens`, under the trackers' `eval/` names."""
         if not self._enabled:
             return
         values = dict(zip(EVAL_METRIC_NAMES, (step, float(loss), int(tokens))))
         self._file.write(json.dumps({"time": time.time(), **values}) + "\n")
-        self._tensorboard.add_scalar("eval/loss", loss, step)
-        self._tensorboard.add_scalar("eval/tokens", tokens, step)
+        for tracker in self._trackers:
+            tracker.log({"eval/loss": float(loss), "eval/tokens": int(tokens)}, step)
 
     def flush(self):
         """Makes what was written so far durable where the run lives."""
         if not self._enabled:
             return
         self._file.flush()
-        self._tensorboard.flush()
-        self._mirror.push([METRICS, TENSORBOARD])
+        for tracker in self._trackers:
+            tracker.flush()
+        self._mirror.push(self._PUSHED)
         self._pushed = time.time()
 
     def close(self):
         if self._enabled:
             self._file.close()
-            self._tensorboard.close()
-            self._mirror.push([METRICS, TENSORBOARD])
+            for tracker in self._trackers:
+                tracker.close()
+            self._mirror.push(self._PUSHED)

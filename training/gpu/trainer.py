@@ -202,7 +202,7 @@ _CHECKPOINT = "checkpoint-"  # the Trainer's folder prefix
 
 
 class _RunCallback(TrainerCallback):
-    """Metrics with the TPU stack's names (metrics.jsonl + TensorBoard), and SIGTERM."""
+    """Metrics with the TPU stack's names (metrics.jsonl and the trackers), and SIGTERM."""
 
     def __init__(self, run, step_tokens, chips, enabled):
         self._run, self._step_tokens, self._chips = run, step_tokens, chips
@@ -214,7 +214,7 @@ class _RunCallback(TrainerCallback):
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._writer = run_dir_lib.MetricsWriter(self._run.workdir, resume_step=state.global_step,
-                                                 enabled=self._enabled)
+                                                 enabled=self._enabled, config=self._run.config)
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._started = time.time()

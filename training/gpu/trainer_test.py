@@ -13,10 +13,14 @@ from absl.testing import absltest
 
 from common import gcs_emulator
 from common import storage
+from training.common import wandb_offline
 
 STEPS = 4
 _ARGS = (f"--config.max_steps={STEPS}", "--config.checkpoint_every_steps=2",
          "--config.checkpoints_to_keep=5")
+
+WANDB_OFFLINE = ("--config.tracking.report_to=tensorboard,wandb",
+                 "--config.tracking.wandb_mode=offline")
 
 
 def sft(workdir, *extra, wait=True):
@@ -40,8 +44,11 @@ class GpuTrainerTest(absltest.TestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.reference = os.path.join(absltest.get_default_test_tmpdir(), "reference")
-        code, output = sft(cls.reference)
+        tmp = absltest.get_default_test_tmpdir()
+        cls.reference = os.path.join(tmp, "reference")
+        # The reference run also logs to W&B, offline: a local run in reference/wandb/.
+        os.environ.update(wandb_offline.env(tmp))
+        code, output = sft(cls.reference, *WANDB_OFFLINE)
         assert code == 0, output[-5000:]
         cls.enterClassContext(gcs_emulator.running("bkt"))
 
@@ -59,6 +66,9 @@ class GpuTrainerTest(absltest.TestCase):
         for name in ("config.json", "tensorboard", "adapter/adapter_config.json",
                      "checkpoints/checkpoint-2", "checkpoints/checkpoint-4"):
             self.assertTrue(os.path.exists(os.path.join(self.reference, name)), name)
+
+    def test_wandb_offline_run_holds_the_metrics(self):
+        wandb_offline.assert_holds_metrics(self, self.reference, STEPS)
 
     def test_sigkill_then_rerun_resumes_from_a_bucket(self):
         """The run lives in gs://bkt (the emulator on loopback); the reference is local."""

@@ -196,7 +196,8 @@ def _evaluate(run, state, lora):
 
 def _loop(run, state, step, data_iterator, checkpoints):
     config, main = run.config, jax.process_index() == 0
-    writer = run_dir_lib.MetricsWriter(run.workdir, resume_step=step, enabled=main)
+    writer = run_dir_lib.MetricsWriter(run.workdir, resume_step=step, enabled=main,
+                                     config=config)
     preemption = lifecycle.Preemption(agree=_any_process)
     schedule = optimizer_lib.learning_rate_schedule(config.optimizer, run.total_steps)
     seed_key = jax.random.key(config.seed)

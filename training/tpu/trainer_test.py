@@ -12,11 +12,15 @@ from absl.testing import absltest
 
 from common import gcs_emulator
 from common import storage
+from training.common import wandb_offline
 from training.formats import orbax_lora
 
 STEPS = 4
 _ARGS = (f"--config.max_steps={STEPS}", "--config.checkpoint_every_steps=2",
          "--config.checkpoints_to_keep=5")
+
+WANDB_OFFLINE = ("--config.tracking.report_to=tensorboard,wandb",
+                 "--config.tracking.wandb_mode=offline")
 
 
 def sft(workdir, *extra, wait=True):
@@ -70,8 +74,11 @@ class TrainerTest(absltest.TestCase):
     @classmethod
     def setUpClass(cls):
         super().setUpClass()
-        cls.reference = os.path.join(absltest.get_default_test_tmpdir(), "reference")
-        code, cls.output = sft(cls.reference)
+        tmp = absltest.get_default_test_tmpdir()
+        cls.reference = os.path.join(tmp, "reference")
+        # The reference run also logs to W&B, offline: a local run in reference/wandb/.
+        os.environ.update(wandb_offline.env(tmp))
+        code, cls.output = sft(cls.reference, *WANDB_OFFLINE)
         assert code == 0, cls.output[-5000:]
         cls.enterClassContext(gcs_emulator.running("bkt"))
 
@@ -86,6 +93,9 @@ class TrainerTest(absltest.TestCase):
         for name in ("step", "loss", "learning_rate", "grad_norm", "trained_tokens_per_s",
                      "tokens_per_s", "step_time_s"):
             self.assertIn(name, record)
+
+    def test_wandb_offline_run_holds_the_metrics(self):
+        wandb_offline.assert_holds_metrics(self, self.reference, STEPS)
 
     def test_sigkill_then_rerun_resumes_bit_for_bit_from_a_bucket(self):
         """The run lives in gs://bkt (the emulator on loopback); the reference is local."""

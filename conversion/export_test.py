@@ -1,12 +1,14 @@
 import json
 import os
 import re
+from unittest import mock
 
 import numpy as np
 import torch
 import transformers
 from absl.testing import absltest
 from absl.testing import parameterized
+from huggingface_hub import ModelCard
 from safetensors.numpy import load_file
 
 from training.tpu import testing as tpu_testing  # 8 CPU devices first
@@ -17,8 +19,10 @@ from common import storage
 from conversion import exporting
 from conversion import import_adapter
 from conversion import merge
+from conversion import model_card
 from conversion import testing
 from conversion import verify
+from training.common import lifecycle
 from training.common import run_dir as run_dir_lib
 from training.formats import adapter
 from training.formats import base_model
@@ -181,6 +185,83 @@ class ExportTest(parameterized.TestCase):
         self.assertEqual(provenance["config"]["lora"]["rank"], config.lora.rank)
         self.assertEqual(provenance["base_fingerprint"], merge.fingerprint(base))
         self.assertIn("peft", provenance["versions"])
+
+    def test_model_card(self):
+        directory = self.create_tempdir().full_path
+        run, base, _, _, config = make_run(directory)
+        # What a real run leaves beside the checkpoint (lifecycle.write_run_info,
+        # metrics.jsonl), and a base whose own card names its license.
+        info = testing.read_json(os.path.join(run, "run.json"))
+        storage.write_json(os.path.join(run, "run.json"), {
+            **info, "machine": "tpu-v5p-8", "devices": 4, "total_steps": 10,
+            "effective_batch": 8, "packing": True,
+            "recipe": lifecycle.recipe(config, 10),
+            "data": {"source": "hf://datasets/zhuyaoyu/CodeV-R1-dataset/codev_r1_sft.jsonl",
+                     "format": "codev", "rows_read": 120, "rows_not_read": 5, "kept": 117,
+                     "dropped": {"no_code": 2, "too_long": 1}, "trained_tokens": 40000,
+                     "tokens": 52000}})
+        with open(os.path.join(run, "metrics.jsonl"), "w") as f:
+            for record in ({"step": 9, "loss": 0.5}, {"step": 10, "loss": 0.25},
+                           {"step": 10, "eval_loss": 0.375, "eval_tokens": 900}):
+                f.write(json.dumps(record) + "\n")
+        with open(os.path.join(base, "README.md"), "w") as f:
+            f.write("---\nlicense: apache-2.0\n---\n# A base\n")
+        summary = {"pass_at_k": {"1": 0.625, "5": 0.75}, "num_problems": 156,
+                   "pass_at_k_interval_95": {"1": [0.55, 0.7], "5": [0.68, 0.82]}}
+        written = exporting.export(run, os.path.join(directory, "codev-31b"), progress=False,
+                                   eval_summary=summary)
+        for kind, library in (("adapter", "peft"), ("merged", "transformers")):
+            card = ModelCard.load(os.path.join(written[kind], "README.md"))
+            self.assertEqual(card.data.library_name, library, kind)
+            self.assertEqual(card.data.license, "apache-2.0")
+            self.assertEqual(card.data.datasets, ["zhuyaoyu/CodeV-R1-dataset"])
+            self.assertIn("gemma4", card.data.tags)
+            self.assertIsNone(card.data.base_model)  # a local base is no Hub id
+            name = "codev-31b" if kind == "adapter" else "codev-31b-merged"
+            self.assertEqual(card.data.model_name, name)
+            results = {r.metric_type: r.metric_value for r in card.data.eval_results}
+            self.assertEqual(results, {"pass@1": 0.625, "pass@5": 0.75})
+            for text in (f"LoRA rank / alpha / dropout | {config.lora.rank} / "
+                         f"{float(config.lora.alpha)} / {config.lora.dropout}",
+                         "rows: 120 read, 117 kept, dropped 3 (no_code 2, too_long 1); "
+                         "5 not read", "tokens: 52000, of which trained (the answers): 40000",
+                         "final training loss: 0.2500 (step 10)",
+                         "validation loss: 0.3750 (step 10, 900 tokens)",
+                         "pass@1: 0.625, 95% interval [0.550, 0.700] (156 problems",
+                         "carries its license (apache-2.0)", "(packed)"):
+                self.assertIn(text, card.text, kind)
+        # A Hub base is the card's base_model; without an evaluation, no model-index.
+        card = model_card.card("adapter", provenance={"base_model": "google/gemma-4-31B-it",
+                                                      "step": 3},
+                               info={}, records=[], hub_base="google/gemma-4-31B-it",
+                               base_dir=directory, model_name="x")
+        card = ModelCard(str(card))
+        self.assertEqual(card.data.base_model, "google/gemma-4-31B-it")
+        self.assertIsNone(card.data.eval_results)
+        self.assertIn("see the base model's card", card.text)
+
+    def test_push_plan_and_its_errors(self):
+        directory = self.create_tempdir().full_path
+        run, _, _, _, _ = make_run(directory)
+        written = exporting.export(run, os.path.join(directory, "x"), progress=False)
+        plan = model_card.push_plan(written, "my-org/codev")
+        self.assertEqual([(repo, local) for repo, local, _ in plan],
+                         [("my-org/codev", written["adapter"]),
+                          ("my-org/codev-merged", written["merged"])])
+        self.assertEqual(plan[0][2], ["README.md", "adapter_config.json",
+                                      "adapter_model.safetensors", "provenance.json"])
+        self.assertIn("README.md", plan[1][2])
+        self.assertIn("model.safetensors.index.json", plan[1][2])
+        alone = model_card.push_plan({"merged": written["merged"]}, "my-org/codev")
+        self.assertEqual(alone[0][0], "my-org/codev")
+        with self.assertRaisesRegex(model_card.PushError, "takes ORG/NAME, got 'codev'"):
+            model_card.push_plan(written, "codev")
+        # No token: one error, before any request.
+        hf_home = self.create_tempdir().full_path
+        with mock.patch.dict(os.environ, {"HF_HOME": hf_home, "HF_TOKEN": "",
+                                          "HF_HUB_OFFLINE": "1"}):
+            with self.assertRaisesRegex(model_card.PushError, "no Hugging Face token"):
+                model_card.push(plan)
 
     def test_atomic_output(self):
         directory = self.create_tempdir().full_path

@@ -6,8 +6,10 @@ See conversion/export.py for what is written where.
 import os
 
 from common import config_cli
+from common import jsonl
 from common import storage
 from conversion import merge as merge_lib
+from conversion import model_card
 from training.common import run_dir as run_dir_lib
 from training.formats import adapter
 from training.formats import base_model as base_model_lib
@@ -41,7 +43,7 @@ def local_run(run_dir, step):
     """A run directory export can read: a gs:// run's config, run.json, tiny base
     and checkpoint `step` copied to the local cache (a local run as it is)."""
     return storage.fetch(run_dir, only=[
-        run_dir_lib.CONFIG, run_dir_lib.RUN_INFO, base_model_lib.TINY_DIR,
+        run_dir_lib.CONFIG, run_dir_lib.RUN_INFO, run_dir_lib.METRICS, base_model_lib.TINY_DIR,
         f"{run_dir_lib.CHECKPOINTS}/{step}/lora"])
 
 
@@ -60,8 +62,12 @@ def layer_prefix(base_dir):
 
 
 def export(run_dir, output_dir, fmt="both", step=None, base_model=None, overwrite=False,
-           progress=True):
-    """Returns the paths written: {"adapter": ..., "merged": ...}."""
+           progress=True, eval_summary=None, model_name=None):
+    """Returns the paths written: {"adapter": ..., "merged": ...}.
+
+    Each output carries a model card (conversion/model_card.py) named
+    `model_name` (default: the output folder's name), with `eval_summary` (an
+    evaluation's summary.json, as a dict) when given."""
     info = run_dir_lib.read_run_info(run_dir)
     config = config_cli.read_resolved_config(run_dir)
     step, _ = checkpoint_dir(run_dir, step)
@@ -88,6 +94,9 @@ def export(run_dir, output_dir, fmt="both", step=None, base_model=None, overwrit
     provenance = {"run_dir": run_dir, "step": step, "config": config.to_dict(),
                   "base_model": name if hub_id else base_dir, "base_dir": base_dir,
                   "base_fingerprint": merge_lib.fingerprint(base_dir), "versions": versions}
+    metrics_path = os.path.join(local, run_dir_lib.METRICS)
+    records = jsonl.read(metrics_path)[0] if os.path.exists(metrics_path) else []
+    model_name = model_name or output_dir.rstrip("/").rsplit("/", 1)[-1]
     written = {}
     with storage.output_dir(output_dir, overwrite) as tmp:
         targets = {"peft": ["adapter"], "merged": ["merged"],
@@ -110,6 +119,12 @@ def export(run_dir, output_dir, fmt="both", step=None, base_model=None, overwrit
                 if bar is not None:
                     bar.close()
             storage.write_json(os.path.join(out, "provenance.json"),
-                                   {**provenance, "format": kind})
+                               {**provenance, "format": kind})
+            model_card.card(kind, provenance=provenance, info=info, records=records,
+                            hub_base=name if hub_id else None, base_dir=base_dir,
+                            model_name=model_name + ("-merged" if kind == "merged" and
+                                                     len(targets) > 1 else ""),
+                            eval_summary=eval_summary).save(
+                                os.path.join(out, model_card.FILE))
             written[kind] = output_dir if len(targets) == 1 else storage.join(output_dir, kind)
     return written

@@ -48,6 +48,7 @@ from common import jsonl
 from common import storage
 from eval import problems as problems_lib
 from serving import launcher
+from serving import server_config
 
 STAGES = ("tpu_sft", "gpu_sft", "export", "bench", "eval", "report")
 SERVER_START_TIMEOUT_S = 1800  # vLLM on CPU starts in ~2 min; on TPU it compiles for ~8
@@ -221,7 +222,10 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
         for model, which, out in evals:
             if model in names and not _complete(out, "summary.json"):
                 p.run("eval", "eval.verilog_eval", f"--base_url={base_url}/v1",
-                      f"--model={model}", *which, f"--out_dir={out}", *eval_args)
+                      f"--model={model}", *which, f"--out_dir={out}",
+                      # the server's key, if it has one, from the same variable
+                      f"--config.api_key_env={_serving(serve_config).api_key_env}",
+                      *eval_args)
 
     plans = [(None, [], None, (BASE, FINETUNED))] if base_url else _serve_plans(
         serves_adapters(serve_config), _base_model(tpu), export)
@@ -251,10 +255,14 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
     return status
 
 
+def _serving(serve_config):
+    configs = os.path.join(os.path.dirname(os.path.abspath(launcher.__file__)), "configs")
+    return config_cli.load(serve_config, configs)
+
+
 def serves_adapters(serve_config):
     """Whether the serving config's backend adds LoRA adapters (its `lora` field)."""
-    configs = os.path.join(os.path.dirname(os.path.abspath(launcher.__file__)), "configs")
-    return config_cli.load(serve_config, configs).lora
+    return _serving(serve_config).lora
 
 
 def _base_model(tpu_run):
@@ -285,7 +293,8 @@ def _start_server(p, serve_config, model, adapters, served_name, port):
          f"--run_dir={p.path('serve')}"],
         env=p.env, log_path=p.path("logs", "serve.log"), echo=False).start()
     try:
-        server.wait_ready(f"http://127.0.0.1:{port}", SERVER_START_TIMEOUT_S)
+        server.wait_ready(f"http://127.0.0.1:{port}", SERVER_START_TIMEOUT_S,
+                          server_config.api_key(_serving(serve_config)))
         # serving.serve writes its record once it has seen the server answer too.
         _wait_for_file(record, server)
     except launcher.ServerError as e:

@@ -5,7 +5,8 @@
     ./bazelw run //serving:bench -- --out_dir=/tmp/bench     # CPU: starts a tiny server itself
 
 With --base_url the server is someone else's (serving:serve writes the
-server.json that records its settings); without, the bench starts one from
+server.json that records its settings; its API key, if it has one, is read
+from the variable the config's api_key_env names, VLLM_API_KEY by default); without, the bench starts one from
 --config and --model (and --adapter) and stops it afterwards. --sweep is
 'LENGTHS x RATES' (e.g. 512,1024x1,4,inf; default from the config). Writes one
 JSON per point, summary.json (saturation rate, peak output tok/s and $ per 1M
@@ -50,6 +51,7 @@ def run(config, out_dir, *, base_url=None, model=None, adapters=None, tokenizer=
     """Runs the sweep (starting a server if base_url is None); returns the summary."""
     os.makedirs(out_dir, exist_ok=True)
     config_cli.write_resolved_config(config, out_dir)
+    api_key = server_config.api_key(config)  # ours to start with, or the --base_url server's
     server = None
     adapters = adapters or {}
     try:
@@ -70,7 +72,7 @@ def run(config, out_dir, *, base_url=None, model=None, adapters=None, tokenizer=
                                                     "(--server_json)")
                 with open(server_json) as f:
                     record = json.load(f)
-            models, version = sweep_lib.server_info(base_url)
+            models, version = sweep_lib.server_info(base_url, api_key=api_key)
             record.setdefault("vllm_version", version)
             served = model or models[0]
             tokenizer = tokenizer or record.get("model") or served
@@ -84,7 +86,7 @@ def run(config, out_dir, *, base_url=None, model=None, adapters=None, tokenizer=
             num_warmups=config.sweep.num_warmups, seed=config.sweep.seed,
             max_model_len=config.max_model_len, out_dir=out_dir, record=record,
             dollars_per_hour=server_config.dollars_per_hour(config),
-            timeout_s=config.sweep.request_timeout_s)
+            timeout_s=config.sweep.request_timeout_s, api_key=api_key)
     finally:
         if server is not None:
             server.stop()

@@ -13,9 +13,15 @@ Runtimes:
 The server runs in its own process group; its log streams to our stdout and
 into a log file. Every wait has a timeout, and a server that exits during
 start-up is reported with the end of its log.
+
+API key: the value of the variable the config's `api_key_env` names reaches
+vLLM through its environment (VLLM_API_KEY; `docker run -e VLLM_API_KEY`, by
+name), never through its arguments, and every request of ours sends it. Without
+a key the server listens on loopback only, unless the caller allows it.
 """
 
 import collections
+import ipaddress
 import os
 import shlex
 import signal
@@ -53,8 +59,9 @@ def serve_python(config):
     return python
 
 
-def command(config, model, adapters, host, port, served_model_name=None):
-    """(argv, extra environment) that start the server for `config`."""
+def command(config, model, adapters, host, port, served_model_name=None, with_key=False):
+    """(argv, extra environment) that start the server for `config`; `with_key`:
+    the server gets VLLM_API_KEY from the environment it starts in (vllm_env)."""
     args = server_config.vllm_args(config, model, adapters, host, port, served_model_name)
     env = {k: str(v) for k, v in config.env.items()}
     if config.runtime == "venv":
@@ -64,15 +71,16 @@ def command(config, model, adapters, host, port, served_model_name=None):
     if config.runtime == "docker":
         if not config.image:
             raise server_config.ConfigError("runtime docker needs config.image")
-        return docker_command(config, model, adapters, args, env), {}
+        return docker_command(config, model, adapters, args, env, with_key), {}
     raise server_config.ConfigError(f"unknown runtime {config.runtime!r} (venv, docker or image)")
 
 
-def docker_command(config, model, adapters, args, env):
+def docker_command(config, model, adapters, args, env, with_key=False):
     """`docker run` of config.image: host network, the accelerators, the model and
     adapter directories read-only at their own paths, the host's Hugging Face
     cache (config.hf_cache, created if missing) as the container's HF_HOME, and
-    HF_TOKEN passed by name (its value never appears in the command); then
+    HF_TOKEN (and VLLM_API_KEY, `with_key`) passed by name (their values never
+    appear in the command); then
     config.image_command (what the image's ENTRYPOINT needs to start `vllm
     serve`, server_config.IMAGE_COMMANDS) and vLLM's arguments."""
     mounts = []
@@ -86,18 +94,51 @@ def docker_command(config, model, adapters, args, env):
         env = {**env, "HF_HOME": server_config.CONTAINER_HF_HOME}
     device = ["--privileged"] if config.machine.startswith("tpu") else ["--gpus", "all"]
     envs = [item for k, v in env.items() for item in ("-e", f"{k}={v}")]
+    if with_key:
+        envs += ["-e", server_config.API_KEY_ENV]
     return ["docker", "run", "--rm", "--net=host", "--shm-size=16g", *device, *mounts,
             *envs, "-e", "HF_TOKEN", config.image, *config.image_command, *args]
 
 
-def vllm_env(extra=None):
-    """The environment of a process of the vLLM interpreter: ours, less PYTHONPATH.
+def vllm_env(extra=None, api_key=None):
+    """The environment of a process of the vLLM interpreter: ours, less PYTHONPATH,
+    with VLLM_API_KEY set to `api_key` alone (a key left in our environment under
+    that name would lock out clients that were told of no key).
 
     A PYTHONPATH made for our interpreter (tests, the pipeline) would put its
     transformers before vLLM's own, and vLLM fails on a config it cannot read.
     """
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
-    return {**env, **(extra or {})}
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("PYTHONPATH", server_config.API_KEY_ENV)}
+    key = {server_config.API_KEY_ENV: api_key} if api_key else {}
+    return {**env, **(extra or {}), **key}
+
+
+def is_loopback(host):
+    """Whether `host` is a loopback address (a name other than localhost is not:
+    what it resolves to can change)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_exposure(host, api_key, allow_no_key=False):
+    """Refuses a server beyond loopback that anyone who reaches it could use."""
+    if api_key or allow_no_key or is_loopback(host):
+        return
+    raise ServerError(
+        f"refusing to listen on {host} without an API key: set one in the environment "
+        f"variable the serving config's api_key_env names ({server_config.API_KEY_ENV} by "
+        f"default; clients send it as a Bearer token), listen on 127.0.0.1, or pass "
+        f"--allow_no_api_key if the network is private")
+
+
+def auth_headers(api_key):
+    """The request headers that carry `api_key` (none without one)."""
+    return {"Authorization": f"Bearer {api_key}"} if api_key else {}
 
 
 def free_port():
@@ -107,8 +148,9 @@ def free_port():
         return s.getsockname()[1]
 
 
-def _get(url, timeout):
-    with urllib.request.urlopen(url, timeout=timeout) as response:
+def _get(url, timeout, api_key=None):
+    request = urllib.request.Request(url, headers=auth_headers(api_key))
+    with urllib.request.urlopen(request, timeout=timeout) as response:
         return response.status, response.read()
 
 
@@ -152,17 +194,25 @@ class Server:
     def log_tail(self, lines=40):
         return "\n".join(list(self.tail)[-lines:])
 
-    def wait_ready(self, base_url, timeout_s):
-        """Waits for GET /v1/models to answer; raises ServerError on death or timeout."""
+    def wait_ready(self, base_url, timeout_s, api_key=None):
+        """Waits for GET /v1/models (sent with `api_key`) to answer; raises
+        ServerError on death, on a refused key, or on timeout."""
         deadline = time.time() + timeout_s
         while time.time() < deadline:
             if not self.alive():
                 raise ServerError(f"vLLM exited with code {self.process.returncode} during "
                                   f"start-up; the end of its log:\n{self.log_tail()}")
             try:
-                status, _ = _get(f"{base_url}/v1/models", timeout=5)
+                status, _ = _get(f"{base_url}/v1/models", timeout=5, api_key=api_key)
                 if status == 200:
                     return
+            except urllib.error.HTTPError as e:
+                if e.code == 401:  # up, and it wants another key: waiting will not help
+                    raise ServerError(
+                        f"the server at {base_url} answers 401 Unauthorized: it requires an "
+                        + ("API key other than ours" if api_key else "API key and we have none")
+                        + f" (the serving config's api_key_env, {server_config.API_KEY_ENV} "
+                        "by default)") from None
             except (urllib.error.URLError, ConnectionError, TimeoutError, OSError):
                 pass
             time.sleep(1.0)
@@ -274,30 +324,35 @@ def check_processor(model, hf_config):
             "base checkpoint's into it")
 
 
-def launch(config, model, adapters, host, port, run_dir, served_model_name=None, echo=True):
+def launch(config, model, adapters, host, port, run_dir, served_model_name=None, echo=True,
+           allow_no_key=False):
     """Starts the server, records what runs (run_dir/server.json), waits until it answers.
 
-    Returns (Server, record). The caller stops the server.
+    Returns (Server, record). The caller stops the server. Without an API key
+    (server_config.api_key) only a loopback `host` is allowed, or `allow_no_key`.
     """
     import json  # pylint: disable=import-outside-toplevel
+    key = server_config.api_key(config)
+    check_exposure(host, key, allow_no_key)
     hf_config = model_config(model)
     check_context(config, model, hf_config)
     check_processor(model, hf_config)
     os.makedirs(run_dir, exist_ok=True)
     served = vllm_adapters(hf_config, adapters, run_dir)
-    argv, env = command(config, model, served, host, port, served_model_name)
+    argv, env = command(config, model, served, host, port, served_model_name, bool(key))
     record = {"machine": config.machine, "model": model, "adapters": adapters,
               "served_adapters": served,
               "base_url": f"http://{host}:{port}", "command": printable(argv, env),
+              "api_key_env": config.api_key_env if key else None,
               "settings": config.to_dict(),
               "dollars_per_hour": server_config.dollars_per_hour(config)}
     print(f"starting vLLM: {record['command']}", flush=True)
-    server = Server(argv, vllm_env(env), log_path=os.path.join(run_dir, "server.log"),
+    server = Server(argv, vllm_env(env, key), log_path=os.path.join(run_dir, "server.log"),
                     echo=echo).start()
     try:
-        server.wait_ready(record["base_url"], config.startup_timeout_s)
+        server.wait_ready(record["base_url"], config.startup_timeout_s, key)
         try:
-            status, body = _get(f"{record['base_url']}/version", timeout=10)
+            status, body = _get(f"{record['base_url']}/version", timeout=10, api_key=key)
             record["vllm_version"] = json.loads(body).get("version") if status == 200 else None
         except (urllib.error.URLError, OSError, ValueError):
             record["vllm_version"] = None

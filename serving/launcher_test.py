@@ -1,7 +1,9 @@
 import json
 import os
+import subprocess
 import sys
 import time
+from unittest import mock
 
 from absl.testing import absltest
 
@@ -198,6 +200,102 @@ class ServerProcessTest(absltest.TestCase):
         config.python = "/no/such/python"
         with self.assertRaisesRegex(launcher.ServerError, "no vLLM interpreter"):
             launcher.serve_python(config)
+
+
+# A stand-in for vLLM's key check on loopback: GET /v1/models answers 200 to
+# "Bearer secret-key" and 401 to anything else. argv: the port.
+_KEYED_SERVER = r"""
+import http.server, sys
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        ok = self.headers.get("Authorization") == "Bearer secret-key"
+        self.send_response(200 if ok else 401)
+        self.end_headers()
+        self.wfile.write(b'{"data": []}')
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"""
+
+
+class ApiKeyTest(absltest.TestCase):
+
+    def test_key_comes_from_the_named_variable_only(self):
+        config = cpu.get_config()
+        with mock.patch.dict(os.environ, {"VLLM_API_KEY": " secret-key\n", "OTHER": ""}):
+            self.assertEqual(server_config.api_key(config), "secret-key")
+            config.api_key_env = "OTHER"
+            self.assertIsNone(server_config.api_key(config))  # empty: none
+            config.api_key_env = ""
+            self.assertIsNone(server_config.api_key(config))
+        for field, value in (("env", server_config.env({"VLLM_API_KEY": "k"})),
+                             ("extra_args", ("--api-key", "k")),
+                             ("extra_args", ("--api-key=k",))):
+            config = cpu.get_config()
+            config[field] = value
+            with self.assertRaisesRegex(server_config.ConfigError,
+                                        "never from config.env or --api-key"):
+                server_config.api_key(config)
+
+    def test_key_reaches_vllm_by_its_environment_not_its_arguments(self):
+        model = self.create_tempdir().full_path
+        config = h100x2.get_config()
+        config.hf_cache = self.create_tempdir().full_path
+        argv, env = launcher.command(config, model, {}, "0.0.0.0", 8000, with_key=True)
+        i = argv.index(server_config.IMAGES["gpu"])
+        self.assertIn(["-e", "VLLM_API_KEY"], [argv[j:j + 2] for j in range(i)])
+        self.assertNotIn("--api-key", argv)
+        with mock.patch.dict(os.environ, {"VLLM_API_KEY": "stale"}):
+            self.assertEqual(launcher.vllm_env(env, "secret-key")["VLLM_API_KEY"], "secret-key")
+            # No key configured: a key left in our environment does not reach vLLM.
+            self.assertNotIn("VLLM_API_KEY", launcher.vllm_env(env))
+        self.assertEqual(launcher.auth_headers("k"), {"Authorization": "Bearer k"})
+        self.assertEqual(launcher.auth_headers(None), {})
+
+    def test_beyond_loopback_needs_a_key_or_consent(self):
+        for host in ("127.0.0.1", "127.0.0.2", "::1", "localhost"):
+            launcher.check_exposure(host, None)
+        for host in ("0.0.0.0", "::", "10.0.0.5", "my-vm.internal"):
+            with self.assertRaisesRegex(launcher.ServerError,
+                                        f"refusing to listen on {host} without an API key"):
+                launcher.check_exposure(host, None)
+            launcher.check_exposure(host, "k")
+            launcher.check_exposure(host, None, allow_no_key=True)
+        run_dir = os.path.join(self.create_tempdir().full_path, "serve")
+        with mock.patch.dict(os.environ, {"VLLM_API_KEY": ""}):
+            with self.assertRaisesRegex(launcher.ServerError, "refusing to listen on 0.0.0.0"):
+                launcher.launch(cpu.get_config(), "m", {}, "0.0.0.0", 9, run_dir)
+        self.assertFalse(os.path.exists(run_dir))  # nothing written, nothing started
+
+    def test_serve_without_a_key_on_all_interfaces_is_one_error_line(self):
+        run_dir = os.path.join(self.create_tempdir().full_path, "serve")
+        env = {k: v for k, v in os.environ.items() if k != "VLLM_API_KEY"}
+        done = subprocess.run(
+            [sys.executable, "-m", "serving.serve", "--host=0.0.0.0", f"--run_dir={run_dir}"],
+            env={**env, "PYTHONPATH": os.pathsep.join(sys.path)}, capture_output=True,
+            text=True, timeout=120, check=False)
+        self.assertEqual(done.returncode, 1, done.stderr[-3000:])
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error:")]
+        self.assertLen(errors, 1, done.stderr[-3000:])
+        self.assertIn("refusing to listen on 0.0.0.0 without an API key", errors[0])
+        self.assertNotIn("Traceback", done.stderr)
+        self.assertFalse(os.path.exists(run_dir))
+
+    def test_readiness_sends_the_key_and_stops_at_a_refusal(self):
+        port = launcher.free_port()
+        server = launcher.Server([sys.executable, "-c", _KEYED_SERVER, str(port)],
+                                 echo=False).start()
+        try:
+            url = f"http://127.0.0.1:{port}"
+            server.wait_ready(url, timeout_s=60, api_key="secret-key")
+            started = time.time()
+            for key, reason in ((None, "and we have none"), ("wrong", "other than ours")):
+                with self.assertRaisesRegex(launcher.ServerError,
+                                            f"401 Unauthorized: it requires an API key {reason}"):
+                    server.wait_ready(url, timeout_s=60, api_key=key)
+            self.assertLess(time.time() - started, 30)  # not the whole timeout
+        finally:
+            server.stop(timeout_s=5)
 
 
 if __name__ == "__main__":

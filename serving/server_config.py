@@ -6,6 +6,8 @@ settings, LoRA limits and the benchmark sweep. The machine's price comes from
 the machine table (`dollars_per_hour`).
 """
 
+import os
+
 from ml_collections import config_dict
 
 from common import cli
@@ -41,6 +43,13 @@ MERGED_EXPORT = ("bazel run //conversion:export -- --run_dir=RUN --format=merged
                  "--output_dir=OUT, then --model=OUT/merged")
 
 
+# Where vLLM reads its API key (vllm/envs.py, VLLM_API_KEY), and where the
+# serving config and the evaluation client look for it by default.
+API_KEY_ENV = "VLLM_API_KEY"
+# What may never carry the key: vLLM's flag shows it to `ps`.
+API_KEY_FLAG = "--api-key"
+
+
 def env(values):
     return config_dict.ConfigDict(values)
 
@@ -65,6 +74,12 @@ def base(*, machine, tensor_parallel_size, max_model_len):
     c.max_lora_rank = 64
     c.max_loras = 4
     c.startup_timeout_s = 900
+    # The environment variable that holds the server's API key (default: the
+    # one vLLM reads). Set: every request must send it (launcher, bench and
+    # evaluation do); unset: no key, and the server listens on loopback only
+    # (serving:serve --allow_no_api_key opens it anyway). The key itself is
+    # never a config field or an argument: config.json and `ps` would show it.
+    c.api_key_env = API_KEY_ENV
     # docker runtime: what follows the image (IMAGE_COMMANDS) and the host folder
     # mounted as the container's Hugging Face cache ("~" expands).
     c.image_command = ()
@@ -84,6 +99,19 @@ def base(*, machine, tensor_parallel_size, max_model_len):
 
 class ConfigError(cli.UserError):
     """A serving request that cannot work with this config (named precisely)."""
+
+
+def api_key(config):
+    """The server's API key: the value of the variable config.api_key_env names
+    (None when unset or empty). Refuses a key put where it would be written down."""
+    if API_KEY_ENV in config.env or any(
+            str(arg).split("=", 1)[0] == API_KEY_FLAG for arg in config.extra_args):
+        raise ConfigError(
+            f"the API key is read from the environment variable config.api_key_env names "
+            f"(default {API_KEY_ENV}), never from config.env or {API_KEY_FLAG}: those are "
+            f"written to config.json and server.json and shown by `ps`")
+    return (os.environ.get(config.api_key_env) or "").strip() or None \
+        if config.api_key_env else None
 
 
 def dollars_per_hour(config):

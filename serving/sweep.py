@@ -18,6 +18,7 @@ import urllib.request
 
 from common import cli
 from serving import launcher
+from serving import server_config
 
 PERCENTILES = "50,99"
 METRICS = "ttft,tpot,itl,e2el"
@@ -43,17 +44,27 @@ def parse_sweep(text):
         raise SweepError(f"--sweep must look like 512,1024x1,4,inf, got {text!r}") from None
 
 
-def server_info(base_url, timeout=10):
-    """(served model ids, vLLM version) of the server, or SweepError if unreachable."""
+def server_info(base_url, timeout=10, api_key=None):
+    """(served model ids, vLLM version) of the server, or SweepError if unreachable
+    or if it refuses `api_key`."""
+    def get(path):
+        request = urllib.request.Request(f"{base_url}{path}",
+                                         headers=launcher.auth_headers(api_key))
+        with urllib.request.urlopen(request, timeout=timeout) as r:
+            return json.load(r)
     try:
-        with urllib.request.urlopen(f"{base_url}/v1/models", timeout=timeout) as r:
-            models = [m["id"] for m in json.load(r)["data"]]
+        models = [m["id"] for m in get("/v1/models")["data"]]
         try:
-            with urllib.request.urlopen(f"{base_url}/version", timeout=timeout) as r:
-                version = json.load(r).get("version")
+            version = get("/version").get("version")
         except (urllib.error.URLError, OSError, ValueError):
             version = None
         return models, version
+    except urllib.error.HTTPError as e:
+        if e.code == 401:
+            raise SweepError(f"the server at {base_url} answers 401 Unauthorized: set its API "
+                             "key in the variable the serving config's api_key_env names "
+                             f"(default {server_config.API_KEY_ENV})") from None
+        raise SweepError(f"no vLLM server answers at {base_url}: {e}") from None
     except (urllib.error.URLError, OSError, ValueError, KeyError) as e:
         raise SweepError(f"no vLLM server answers at {base_url}: {e}") from None
 
@@ -71,7 +82,8 @@ def bench_args(*, base_url, model, tokenizer, input_len, output_len, rate, num_p
 
 
 def run_point(python, entry, args, timeout_s, env=None):
-    """Runs one benchmark point; returns (vLLM's result dict or None, error or None)."""
+    """Runs one benchmark point; returns (vLLM's result dict or None, error or None).
+    `env`: more environment (vLLM's benchmark sends OPENAI_API_KEY as a Bearer token)."""
     result_path = os.path.join(args[args.index("--result-dir") + 1],
                                args[args.index("--result-filename") + 1])
     try:
@@ -139,9 +151,11 @@ def summarize(points, record, dollars_per_hour):
 
 def sweep(*, python, entry, base_url, model, tokenizer, input_lens, rates, output_len,
           num_prompts, num_warmups, seed, max_model_len, out_dir, record, dollars_per_hour,
-          timeout_s, progress=print):
-    """Runs every point; returns the summary (also written as summary.json)."""
-    server_info(base_url)  # fail at once if nothing answers
+          timeout_s, api_key=None, progress=print):
+    """Runs every point (each request sends `api_key`, if any); returns the summary
+    (also written as summary.json)."""
+    server_info(base_url, api_key=api_key)  # fail at once if nothing answers
+    key_env = {"OPENAI_API_KEY": api_key} if api_key else None
     points_dir = os.path.join(out_dir, "points")
     os.makedirs(points_dir, exist_ok=True)
     points, server_gone = [], None
@@ -157,7 +171,7 @@ def sweep(*, python, entry, base_url, model, tokenizer, input_lens, rates, outpu
                 point.update(status="unrun", reason=server_gone)
             else:
                 try:
-                    server_info(base_url)
+                    server_info(base_url, api_key=api_key)
                 except SweepError as e:
                     server_gone = f"server stopped answering: {e}"
                     point.update(status="unrun", reason=server_gone)
@@ -167,7 +181,7 @@ def sweep(*, python, entry, base_url, model, tokenizer, input_lens, rates, outpu
                         base_url=base_url, model=model, tokenizer=tokenizer,
                         input_len=input_len, output_len=output_len, rate=rate,
                         num_prompts=num_prompts, num_warmups=num_warmups, seed=seed,
-                        result_dir=points_dir, result_name=name + ".vllm"), timeout_s)
+                        result_dir=points_dir, result_name=name + ".vllm"), timeout_s, key_env)
                     if error:
                         point.update(status="failed", reason=error)
                     else:

@@ -9,16 +9,21 @@ against transformers, a benchmark sweep, a load test past saturation, //eval:ver
 3 problems (n=2, resumed, then the reference study's protocol), and last a
 death mid-sweep. Two more starts serve the merged models (PEFT's merge and the
 TPU export's). Each start costs ~2 min on 2 cores, so scenarios share them.
+Every server requires an API key (VLLM_API_KEY, in the environment only): every
+request sends it, and its value is written nowhere and shown to no `ps`.
 """
 
 import base64
+import glob
 import json
 import os
+import secrets
 import shutil
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 
 import numpy as np
@@ -38,6 +43,7 @@ from data import pipeline
 from data import testing as data_testing
 from data import tokenizer as tokenizer_lib
 from eval import sampling
+from serving import bench
 from serving import launcher
 from serving import sweep
 from serving.bench import ENTRY
@@ -98,10 +104,11 @@ def _logprobs(model, token_ids):
 
 
 def _post(base_url, path, body, timeout=120):
-    """vLLM's JSON answer to a POST of `body` to `path`."""
+    """vLLM's JSON answer to a POST of `body` to `path`, with the API key."""
     request = urllib.request.Request(
-        f"{base_url}{path}", method="POST", headers={"Content-Type": "application/json"},
-        data=json.dumps(body).encode())
+        f"{base_url}{path}", method="POST", data=json.dumps(body).encode(),
+        headers={"Content-Type": "application/json",
+                 **launcher.auth_headers(os.environ["VLLM_API_KEY"])})
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return json.load(response)
 
@@ -204,6 +211,8 @@ class VllmEndToEndTest(absltest.TestCase):
         for name in ("VLLM_CACHE_ROOT", "XDG_CACHE_HOME", "HF_HOME"):
             os.environ[name] = os.path.join(tmp, "cache", name.lower())
         cls.tmp = tmp
+        # Every server of this test requires this key; our clients read it here.
+        os.environ["VLLM_API_KEY"] = cls.key = secrets.token_hex(16)
         tokenizer = tokenizer_lib.build_tokenizer()
         cls.base = tiny_model.save_tiny_model(os.path.join(tmp, "base"), tokenizer)
         # The multimodal class, as google/gemma-4-31B-it is. "codev": an adapter as the
@@ -265,7 +274,28 @@ class VllmEndToEndTest(absltest.TestCase):
             base_url=self.record["base_url"], model=model, tokenizer=self.base,
             input_lens=lengths, rates=rates, output_len=output_len, num_prompts=prompts,
             num_warmups=1, seed=0, max_model_len=self.config.max_model_len, out_dir=out_dir,
-            record=self.record, dollars_per_hour=1.0, timeout_s=600)
+            record=self.record, dollars_per_hour=1.0, timeout_s=600, api_key=self.key)
+
+    def test_0_api_key_is_required_and_shown_nowhere(self):
+        url = f"{self.record['base_url']}/v1/models"
+        with self.assertRaises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(url, timeout=30)
+        self.assertEqual(refused.exception.code, 401)
+        request = urllib.request.Request(url, headers=launcher.auth_headers(self.key))
+        with urllib.request.urlopen(request, timeout=30) as response:
+            self.assertEqual(response.status, 200)
+        self.assertEqual(self.record["api_key_env"], "VLLM_API_KEY")
+        # No process on this machine has the key among its arguments (vLLM's own
+        # processes included: it reads VLLM_API_KEY from its environment).
+        shown = []
+        for path in glob.glob("/proc/[0-9]*/cmdline"):
+            try:
+                with open(path, "rb") as f:
+                    if self.key.encode() in f.read():
+                        shown.append(path)
+            except OSError:
+                pass  # a process that ended
+        self.assertEqual(shown, [])
 
     def test_1_base_and_adapter_answer_differently(self):
         base_text = _chat(self.record["base_url"], self.base)
@@ -376,8 +406,12 @@ class VllmEndToEndTest(absltest.TestCase):
         self.assertGreater(own_mask, 100 * TOLERANCE)
 
     def test_2_sweep_records_everything(self):
+        # //serving:bench against the running server, its key from VLLM_API_KEY.
         out = os.path.join(self.tmp, "sweep")
-        summary = self._sweep(out, (32, 4096), (4.0, float("inf")), prompts=6)
+        summary = bench.run(self.config, out, base_url=self.record["base_url"], model="codev",
+                            tokenizer=self.base, lengths=(32, 4096), rates=(4.0, float("inf")),
+                            output_len=8, num_prompts=6, echo=False,
+                            server_json=os.path.join(self.tmp, "serve-lora", "server.json"))
         self.assertFalse(summary["complete"])  # 4096 + 8 > max_model_len 2048: skipped
         points = summary["input_lengths"]["32"]["points"]
         self.assertEqual([p["status"] for p in points], ["ok", "ok"])
@@ -395,7 +429,9 @@ class VllmEndToEndTest(absltest.TestCase):
         self.assertEqual(record["adapters"], self.adapters())
         self.assertTrue(record["vllm_version"])
         self.assertEqual(record["settings"]["max_model_len"], 2048)
-        self.assertIsNotNone(summary["input_lengths"]["32"]["dollars_per_million_output_tokens"])
+        self.assertEqual(record["benchmarked"], "codev")
+        # The cpu machine has no price in the machine table: no cost is made up.
+        self.assertIsNone(summary["input_lengths"]["32"]["dollars_per_million_output_tokens"])
 
     def test_3_load_past_saturation_has_no_failures(self):
         summary = self._sweep(os.path.join(self.tmp, "load"), (32,), (64.0,), prompts=200,
@@ -476,6 +512,20 @@ class VllmEndToEndTest(absltest.TestCase):
         self.assertEqual(statuses[-1], "unrun")  # not attempted once the server was gone
         self.assertTrue(os.path.exists(os.path.join(out, "summary.json")))
         self.assertLess(time.time() - started, 600)
+
+    def test_9_api_key_is_in_no_file(self):
+        """Last: every server, sweep and evaluation of this test has written its files."""
+        written = []
+        for directory, _, files in os.walk(self.tmp):
+            for name in files:
+                path = os.path.join(directory, name)
+                if os.path.isfile(path):
+                    with open(path, "rb") as f:
+                        if self.key.encode() in f.read():
+                            written.append(path)
+        self.assertEqual(written, [])
+        with open(os.path.join(self.tmp, "serve-lora", "server.log")) as f:
+            self.assertIn("Application startup complete", f.read())
 
 
 if __name__ == "__main__":

@@ -26,7 +26,10 @@ def get_config():
     # Server (OpenAI-compatible chat completions, e.g. vLLM).
     c.base_url = "http://127.0.0.1:8000/v1"
     c.model = ""               # "" = the first model the server lists
-    c.api_key = ""             # "" = $OPENAI_API_KEY, else "EMPTY"
+    # The environment variable holding the server's API key (serving's default,
+    # vLLM's own name); unset: $OPENAI_API_KEY, else none. Never the key itself:
+    # config.json and `ps` would show it.
+    c.api_key_env = "VLLM_API_KEY"
     c.concurrency = 8          # requests in flight (each asks for n samples)
     c.request_timeout_s = 600.0
     c.max_retries = 5

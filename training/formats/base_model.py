@@ -22,7 +22,8 @@ from common import storage
 
 TINY = "tiny-random-gemma4"
 TINY_DIR = "base_model"  # where a run directory keeps its tiny base
-_HUB_PATTERNS = ["*.json", "*.safetensors", "tokenizer*", "*.jinja", "*.model"]
+# README.md: the base's model card, whose license an export's card carries.
+_HUB_PATTERNS = ["*.json", "*.safetensors", "tokenizer*", "*.jinja", "*.model", "README.md"]
 
 
 class BaseModelError(cli.UserError):

@@ -24,4 +24,9 @@ def tpu_config(recipe, *, model, dtype, fsdp, tp, machine, cpu_devices=0):
     c.loss_chunk = 0
     c.log_every = 1
     c.max_steps = 0  # 0: the whole data set (epochs x rows / effective batch)
+    # JAX's persistent compilation cache in RUN_DIR/compilation_cache (a bucket
+    # when the run is in one): a rerun after a preemption loads the compiled
+    # step instead of compiling it again. Programs that compile faster than
+    # `min_compile_s` are not kept.
+    c.compilation_cache = config_dict.ConfigDict({"enabled": True, "min_compile_s": 1.0})
     return c

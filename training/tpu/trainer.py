@@ -14,6 +14,7 @@ import time
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
+from jax.experimental.compilation_cache import compilation_cache
 
 from common import cli
 from common import machines
@@ -66,6 +67,45 @@ def setup_devices(config):
                 check_devices(config)  # names what this process sees instead
                 raise cli.UserError(f"jax.distributed.initialize() failed: {e}") from e
     check_devices(config)
+
+
+COMPILATION_CACHE = "compilation_cache"  # RUN_DIR/compilation_cache/
+
+
+class CompilationCache:
+    """JAX's persistent compilation cache in the run directory, and what it did.
+
+    `use` must come before the first compile. JAX reports each program it
+    loaded from the cache or compiled and stored (jax.monitoring events); the
+    trainer logs the first step's time beside them, so a rerun shows whether
+    it compiled again.
+    """
+
+    def __init__(self):
+        self.hits = self.misses = 0
+
+    def use(self, config, workdir):
+        if not config.compilation_cache.enabled:
+            return None
+        path = storage.join(workdir, COMPILATION_CACHE)
+        # JAX opens its cache once per process: a second run in this process
+        # (tests) must not write into the first one's.
+        compilation_cache.reset_cache()
+        jax.config.update("jax_compilation_cache_dir", path)
+        jax.config.update("jax_persistent_cache_min_compile_time_secs",
+                          float(config.compilation_cache.min_compile_s))
+        jax.monitoring.register_event_listener(self._count)
+        return path
+
+    def _count(self, event, **_):
+        if event == "/jax/compilation_cache/cache_hits":
+            self.hits += 1
+        elif event == "/jax/compilation_cache/cache_misses":
+            self.misses += 1
+
+    def describe(self):
+        return (f"{self.hits} program(s) loaded from the compilation cache, "
+                f"{self.misses} compiled (not in it)")
 
 
 def check_devices(config):
@@ -138,6 +178,8 @@ def train(config, workdir, shared_fs=False):
     setup_devices(config)
     if not shared_fs:
         run_dir_lib.check_shared(workdir, jax.process_count())  # pod slices: known only now
+    cache = CompilationCache()
+    cache_path = cache.use(config, workdir)
     planned = preflight(config)
     run = lifecycle.start(config, workdir, stack="tpu", is_main=jax.process_index() == 0,
                           barrier=lambda: _sync("base model"), data_parallel=config.mesh.fsdp)
@@ -168,7 +210,9 @@ def train(config, workdir, shared_fs=False):
             parallelism={"data": config.mesh.fsdp, "tensor": config.mesh.tp,
                          "fsdp": config.mesh.fsdp > 1},
             attention=config.attention.kernel)
-    return _loop(run, state, step, data_iterator, checkpoints)
+    if cache_path:
+        log.info("compilation cache: %s", cache_path)
+    return _loop(run, state, step, data_iterator, checkpoints, cache)
 
 
 def _global_batch(data_iterator, shape, batch_sharding):
@@ -194,7 +238,7 @@ def _evaluate(run, state, lora):
     return total / trained, int(trained)
 
 
-def _loop(run, state, step, data_iterator, checkpoints):
+def _loop(run, state, step, data_iterator, checkpoints, cache=None):
     config, main = run.config, jax.process_index() == 0
     writer = run_dir_lib.MetricsWriter(run.workdir, resume_step=step, enabled=main,
                                      config=config)
@@ -203,7 +247,7 @@ def _loop(run, state, step, data_iterator, checkpoints):
     seed_key = jax.random.key(config.seed)
     batch_shape = mesh_plan.batch_shape(config)
     lora, opt_state = state.lora, state.opt_state
-    progress = None
+    progress, first_logged = None, False
     if main:
         from tqdm import tqdm  # pylint: disable=import-outside-toplevel
         progress = tqdm(total=run.total_steps, initial=step, desc="train", unit="step",
@@ -216,6 +260,9 @@ def _loop(run, state, step, data_iterator, checkpoints):
             lora, opt_state, metrics = state.step.train(lora, opt_state, state.base,
                                                         state.rngs, batch, key)
             metrics = jax.device_get(metrics)
+            if cache is not None and progress is not None and not first_logged:
+                first_logged = True  # the first step of this process: compiled or loaded
+                log.info("first step in %.1fs: %s", time.time() - started, cache.describe())
             step += 1
             record = lifecycle.step_record(
                 run, step=step, loss=metrics["loss"], learning_rate=schedule(step - 1),

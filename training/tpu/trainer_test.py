@@ -110,6 +110,13 @@ class TrainerTest(absltest.TestCase):
         self.assertEqual(code, 0, output[-5000:])
         self.assertIn("resumed from checkpoint at step", output)
         self.assertIn("dropped a torn last line", output)
+        # The rerun loads the compiled step from the bucket's compilation cache,
+        # which the killed run filled; a fresh run compiles it.
+        self.assertRegex(output, r"first step in [0-9.]+s: [1-9][0-9]* program\(s\) loaded "
+                         r"from the compilation cache")
+        self.assertRegex(self.output, r"first step in [0-9.]+s: 0 program\(s\) loaded from "
+                         r"the compilation cache, [1-9][0-9]* compiled")
+        self.assertNotEmpty(storage.listdir(storage.join(workdir, "compilation_cache")))
         # The same final LoRA, bit for bit, as the run that was never stopped.
         want, got = final_lora(self.reference), final_lora(workdir)
         self.assertEqual(sorted(want), sorted(got))

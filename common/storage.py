@@ -306,12 +306,20 @@ def push(local_dir, url, names=None, *, mark_complete=False):
             files.append(name)
         for directory, _, found in os.walk(top):
             files += [os.path.relpath(os.path.join(directory, f), local_dir) for f in found]
-    files = [f for f in files if os.path.basename(f) not in _BOOKKEEPING]
+    # A file its writer removed since it was listed (a tracker's temporary file)
+    # is not uploaded.
+    files = [f for f in files if os.path.basename(f) not in _BOOKKEEPING
+             and os.path.isfile(os.path.join(local_dir, f))]
     total = sum(os.path.getsize(os.path.join(local_dir, f)) for f in files)
     with _progress(total, f"upload {url}") as bar:
         for name in sorted(files):
-            fs.put_file(os.path.join(local_dir, name), _key(join(url, *name.split(os.sep))))
-            bar.update(os.path.getsize(os.path.join(local_dir, name)))
+            path = os.path.join(local_dir, name)
+            try:
+                size = os.path.getsize(path)
+                fs.put_file(path, _key(join(url, *name.split(os.sep))))
+            except FileNotFoundError:
+                continue
+            bar.update(size)
     if mark_complete:
         fs.pipe_file(_key(join(url, COMMIT_MARKER)), json.dumps({"files": len(files)}).encode())
 
@@ -412,7 +420,10 @@ class Mirror:
             for f in files:
                 if f not in _BOOKKEEPING and ".part" not in f:
                     path = os.path.join(directory, f)
-                    info = os.stat(path)
+                    try:
+                        info = os.stat(path)
+                    except FileNotFoundError:  # removed by its writer since the walk
+                        continue
                     stats[os.path.relpath(path, self.local)] = [info.st_size, info.st_mtime_ns]
         return stats
 

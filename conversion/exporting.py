@@ -96,6 +96,7 @@ def export(run_dir, output_dir, fmt="both", step=None, base_model=None, overwrit
                   "base_fingerprint": merge_lib.fingerprint(base_dir), "versions": versions}
     metrics_path = os.path.join(local, run_dir_lib.METRICS)
     records = jsonl.read(metrics_path)[0] if os.path.exists(metrics_path) else []
+    records = [r for r in records if r.get("step", 0) <= step]  # what this checkpoint saw
     model_name = model_name or output_dir.rstrip("/").rsplit("/", 1)[-1]
     written = {}
     with storage.output_dir(output_dir, overwrite) as tmp:

@@ -9,6 +9,7 @@ validation losses and the evaluation with its 95% interval, all read from the
 run directory (run.json, metrics.jsonl) and the export's provenance.
 """
 
+import fnmatch
 import os
 
 from common import cli
@@ -18,6 +19,8 @@ from data import sources
 TAGS = ("gemma4", "lora", "sft", "jax", "tpu")
 LIBRARIES = {"adapter": "peft", "merged": "transformers"}
 FILE = "README.md"
+# Our storage's marker files (a gs:// export fetched to the cache holds them).
+BOOKKEEPING = ".g4_*"
 
 
 class PushError(cli.UserError):
@@ -143,7 +146,8 @@ def push_plan(written, repo_id):
     for kind, local in sorted(written.items()):
         repo = f"{repo_id}-merged" if kind == "merged" and len(written) > 1 else repo_id
         files = sorted(os.path.relpath(os.path.join(d, f), local)
-                       for d, _, found in os.walk(local) for f in found)
+                       for d, _, found in os.walk(local) for f in found
+                       if not fnmatch.fnmatch(f, BOOKKEEPING))
         plan.append((repo, local, files))
     return plan
 
@@ -154,6 +158,7 @@ def push(plan, private=True):
     from huggingface_hub import HfApi  # pylint: disable=import-outside-toplevel
     from huggingface_hub import get_token  # pylint: disable=import-outside-toplevel
     from huggingface_hub import errors  # pylint: disable=import-outside-toplevel
+    import httpx  # pylint: disable=import-outside-toplevel
     if not get_token():
         raise PushError("no Hugging Face token: run `hf auth login` or set HF_TOKEN (a token "
                         "with write access to the organization)")
@@ -163,12 +168,13 @@ def push(plan, private=True):
         try:
             api.create_repo(repo, private=private, exist_ok=True, repo_type="model")
             urls.append(api.upload_folder(repo_id=repo, folder_path=local,
-                                          commit_message="Export of a Gemma 4 LoRA run"))
+                                          commit_message="Export of a Gemma 4 LoRA run",
+                                          ignore_patterns=[BOOKKEEPING]))
         except errors.HfHubHTTPError as e:
             status = getattr(e.response, "status_code", None)
             why = {401: "the token is not valid", 403: "the token may not write there"}.get(
                 status, str(e).splitlines()[0])
             raise PushError(f"pushing to {repo} failed ({status}): {why}") from None
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, httpx.HTTPError) as e:  # no network, a timeout
             raise PushError(f"pushing to {repo} failed: {e}") from None
     return urls

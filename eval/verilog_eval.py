@@ -111,8 +111,9 @@ def check_resume(out_dir, config):
 def _sample(config, selected, out_dir):
     icl_dir = config_cli.user_path(config.icl_dir) or prompts.icl_dir_for(config.dataset_dir)
     prefix = prompts.shots_prefix(config.shots, icl_dir)
-    api_key = (os.environ.get(config.api_key_env) if config.api_key_env else None) \
-        or os.environ.get("OPENAI_API_KEY", "")
+    # Stripped, as the server's side strips it (serving/server_config.py).
+    api_key = ((os.environ.get(config.api_key_env) if config.api_key_env else None)
+               or os.environ.get("OPENAI_API_KEY", "")).strip()
     client = sampling.make_client(config.base_url, api_key, config.request_timeout_s,
                                   config.max_retries)
     config.model = sampling.resolve_model(client, config.model)

@@ -49,9 +49,11 @@ def run(config, out_dir, *, base_url=None, model=None, adapters=None, tokenizer=
         server_json=None, lengths=None, rates=None, output_len=None, num_prompts=None,
         label=None, echo=True):
     """Runs the sweep (starting a server if base_url is None); returns the summary."""
+    # Ours to start with, or the --base_url server's; a key in the config is
+    # refused before the config is written.
+    api_key = server_config.api_key(config)
     os.makedirs(out_dir, exist_ok=True)
     config_cli.write_resolved_config(config, out_dir)
-    api_key = server_config.api_key(config)  # ours to start with, or the --base_url server's
     server = None
     adapters = adapters or {}
     try:

@@ -229,13 +229,19 @@ class ApiKeyTest(absltest.TestCase):
             config.api_key_env = ""
             self.assertIsNone(server_config.api_key(config))
         for field, value in (("env", server_config.env({"VLLM_API_KEY": "k"})),
+                             ("env", server_config.env({"OTHER": "k"})),
                              ("extra_args", ("--api-key", "k")),
-                             ("extra_args", ("--api-key=k",))):
+                             ("extra_args", ("--api_key=k",))):
             config = cpu.get_config()
             config[field] = value
+            config.api_key_env = "OTHER"
             with self.assertRaisesRegex(server_config.ConfigError,
                                         "never from config.env or --api-key"):
                 server_config.api_key(config)
+        config = cpu.get_config()
+        config.extra_args = ("--host=0.0.0.0",)
+        with self.assertRaisesRegex(server_config.ConfigError, "binary's --host flag"):
+            server_config.api_key(config)
 
     def test_key_reaches_vllm_by_its_environment_not_its_arguments(self):
         model = self.create_tempdir().full_path

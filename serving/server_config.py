@@ -101,17 +101,34 @@ class ConfigError(cli.UserError):
     """A serving request that cannot work with this config (named precisely)."""
 
 
+def _flag(arg):
+    """The flag an argument sets, as vLLM's parser reads it (`--api_key=x` -> --api-key)."""
+    return str(arg).split("=", 1)[0].replace("_", "-")
+
+
 def api_key(config):
-    """The server's API key: the value of the variable config.api_key_env names
-    (None when unset or empty). Refuses a key put where it would be written down."""
-    if API_KEY_ENV in config.env or any(
-            str(arg).split("=", 1)[0] == API_KEY_FLAG for arg in config.extra_args):
+    """The server's API key: the value of the variable config.api_key_env names,
+    stripped (None when unset or empty).
+
+    Refuses a key put where it would be written down, and a `--host` in
+    extra_args (it would override the address the key requirement checks).
+    """
+    flags = {_flag(arg) for arg in config.extra_args}
+    if {API_KEY_ENV, config.api_key_env} & set(config.env) or API_KEY_FLAG in flags:
         raise ConfigError(
             f"the API key is read from the environment variable config.api_key_env names "
             f"(default {API_KEY_ENV}), never from config.env or {API_KEY_FLAG}: those are "
             f"written to config.json and server.json and shown by `ps`")
-    return (os.environ.get(config.api_key_env) or "").strip() or None \
-        if config.api_key_env else None
+    if "--host" in flags:
+        raise ConfigError("set the address with the binary's --host flag, not in "
+                          "config.extra_args (the API key requirement checks --host)")
+    return read_key(config.api_key_env)
+
+
+def read_key(variable):
+    """The stripped value of environment variable `variable` (None: unset, empty, or
+    no variable named)."""
+    return (os.environ.get(variable) or "").strip() or None if variable else None
 
 
 def dollars_per_hour(config):

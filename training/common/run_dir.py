@@ -93,7 +93,9 @@ class MetricsWriter:
     """
 
     PUSH_EVERY_S = 60
-    _PUSHED = (METRICS, tracking.TENSORBOARD, tracking.WANDB, tracking.STATE)
+    # Uploaded every PUSH_EVERY_S; W&B's folder too at checkpoints and at the end.
+    _PERIODIC = (METRICS, tracking.TENSORBOARD)
+    _PUSHED = (*_PERIODIC, tracking.WANDB, tracking.STATE)
 
     def __init__(self, run_dir, resume_step=0, enabled=True, config=None):
         """`config`: the run's resolved config, whose `tracking` section picks the
@@ -117,6 +119,7 @@ class MetricsWriter:
         self._file = open(self._path, "a", buffering=1)
         self._trackers = tracking.open_trackers(config, self._mirror.local,
                                                 run_dir.rstrip("/").rsplit("/", 1)[-1])
+        self._mirror.push([tracking.STATE])  # a W&B run id: a resume continues that run
         self._pushed = time.time()
 
     def write(self, metrics):
@@ -129,7 +132,11 @@ class MetricsWriter:
         for tracker in self._trackers:
             tracker.log(scalars, metrics["step"])
         if self._mirror.remote and time.time() - self._pushed > self.PUSH_EVERY_S:
-            self.flush()
+            self._file.flush()
+            for tracker in self._trackers:
+                tracker.flush()
+            self._mirror.push(self._PERIODIC)
+            self._pushed = time.time()
 
     def write_eval(self, step, loss, tokens):
         """A validation record: `eval_loss` (summed loss / trained tokens of the whole

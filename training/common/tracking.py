@@ -85,11 +85,18 @@ class Wandb:
         if not state.get("wandb_run_id"):
             state["wandb_run_id"] = uuid.uuid4().hex[:12]
             storage.write_json(state_path, state)
-        self._run = wandb.init(
-            project=tracking.project, entity=tracking.entity or None,
-            name=tracking.run_name or run_name, tags=list(tracking.tags) or None,
-            config=config.to_dict(), dir=local_dir, id=state["wandb_run_id"], resume="allow",
-            mode=tracking.wandb_mode or None)
+        try:
+            self._run = wandb.init(
+                project=tracking.project, entity=tracking.entity or None,
+                name=tracking.run_name or run_name, tags=list(tracking.tags) or None,
+                config=config.to_dict(), dir=local_dir, id=state["wandb_run_id"],
+                resume="allow", mode=tracking.wandb_mode or None)
+        except Exception as e:  # pylint: disable=broad-except  # W&B's errors vary by cause
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise TrackingError(
+                f"W&B could not start a run ({first}): log in on this host (`wandb login`, "
+                "or WANDB_API_KEY), or log offline with --config.tracking.wandb_mode=offline "
+                "and upload later with `wandb sync`") from None
 
     def log(self, scalars, step):
         self._run.log(dict(scalars), step=step)

@@ -45,6 +45,18 @@ class TrackingTest(absltest.TestCase):
         with self.assertRaisesRegex(tracking.TrackingError, "wandb_mode must be online"):
             tracking.check(config)
 
+    def test_a_run_wandb_cannot_start_is_one_clear_error(self):
+        tmp = self.create_tempdir().full_path
+        config = offline_config()
+        config.tracking.wandb_mode = "online"
+        with mock.patch.dict(os.environ, wandb_offline.env(tmp)), \
+                mock.patch("wandb.init", side_effect=RuntimeError("api_key not configured\n"
+                                                                  "more detail")):
+            with self.assertRaisesRegex(tracking.TrackingError,
+                                        r"W&B could not start a run \(api_key not configured\): "
+                                        r"log in on this host"):
+                tracking.open_trackers(config, tmp, "run")
+
     def test_offline_run_holds_the_metrics_and_resumes_as_one_run(self):
         tmp = self.create_tempdir().full_path
         run_dir = os.path.join(tmp, "my-run")

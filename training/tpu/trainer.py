@@ -82,30 +82,36 @@ class CompilationCache:
     """
 
     def __init__(self):
-        self.hits = self.misses = 0
+        self.hits = self.stored = 0
 
     def use(self, config, workdir):
+        """Points JAX at RUN_DIR/compilation_cache (or at none, when disabled);
+        returns the path or None."""
+        # JAX opens its cache once per process: a second run in this process
+        # (tests) must not read or write the first one's.
+        compilation_cache.reset_cache()
         if not config.compilation_cache.enabled:
+            jax.config.update("jax_compilation_cache_dir", None)
             return None
         path = storage.join(workdir, COMPILATION_CACHE)
-        # JAX opens its cache once per process: a second run in this process
-        # (tests) must not write into the first one's.
-        compilation_cache.reset_cache()
         jax.config.update("jax_compilation_cache_dir", path)
         jax.config.update("jax_persistent_cache_min_compile_time_secs",
                           float(config.compilation_cache.min_compile_s))
         jax.monitoring.register_event_listener(self._count)
         return path
 
+    def close(self):
+        jax.monitoring.unregister_event_listener(self._count)
+
     def _count(self, event, **_):
         if event == "/jax/compilation_cache/cache_hits":
             self.hits += 1
-        elif event == "/jax/compilation_cache/cache_misses":
-            self.misses += 1
+        elif event == "/jax/compilation_cache/cache_misses":  # JAX counts it as it writes
+            self.stored += 1
 
     def describe(self):
         return (f"{self.hits} program(s) loaded from the compilation cache, "
-                f"{self.misses} compiled (not in it)")
+                f"{self.stored} compiled and stored")
 
 
 def check_devices(config):
@@ -212,7 +218,11 @@ def train(config, workdir, shared_fs=False):
             attention=config.attention.kernel)
     if cache_path:
         log.info("compilation cache: %s", cache_path)
-    return _loop(run, state, step, data_iterator, checkpoints, cache)
+    try:
+        return _loop(run, state, step, data_iterator, checkpoints, cache)
+    finally:
+        if cache_path:
+            cache.close()
 
 
 def _global_batch(data_iterator, shape, batch_sharding):

@@ -115,7 +115,7 @@ class TrainerTest(absltest.TestCase):
         self.assertRegex(output, r"first step in [0-9.]+s: [1-9][0-9]* program\(s\) loaded "
                          r"from the compilation cache")
         self.assertRegex(self.output, r"first step in [0-9.]+s: 0 program\(s\) loaded from "
-                         r"the compilation cache, [1-9][0-9]* compiled")
+                         r"the compilation cache, [1-9][0-9]* compiled and stored")
         self.assertNotEmpty(storage.listdir(storage.join(workdir, "compilation_cache")))
         # The same final LoRA, bit for bit, as the run that was never stopped.
         want, got = final_lora(self.reference), final_lora(workdir)

@@ -24,8 +24,11 @@ def env(tmp):
 
 
 def run_files(run_dir):
-    """The offline runs' log files under run_dir/wandb/, oldest first."""
-    return sorted(glob.glob(os.path.join(run_dir, "wandb", "offline-run-*", "run-*.wandb")))
+    """The offline runs' log files under run_dir/wandb/, oldest first (by when they
+    were last written: two runs started in one second have names W&B orders
+    otherwise)."""
+    return sorted(glob.glob(os.path.join(run_dir, "wandb", "offline-run-*", "run-*.wandb")),
+                  key=os.path.getmtime)
 
 
 def _records(path):

@@ -12,7 +12,9 @@ directory: its id is kept in RUN_DIR/tracking.json, so a resumed run continues
 it. Only the main process logs.
 """
 
+import netrc
 import os
+import urllib.parse
 import uuid
 
 from common import cli
@@ -47,6 +49,26 @@ def check(config):
         if tracking.wandb_mode not in ("", "online", "offline"):
             raise TrackingError(f"tracking.wandb_mode must be online, offline or empty "
                                 f"(W&B's default), got {tracking.wandb_mode!r}")
+        mode = tracking.wandb_mode or os.environ.get("WANDB_MODE", "online")
+        if mode == "online" and not _wandb_credentials():
+            raise TrackingError(
+                "tracking.report_to names wandb, online, but this host has no W&B "
+                "credentials (WANDB_API_KEY, or `wandb login`'s entry in ~/.netrc): log in, "
+                "or log offline with --config.tracking.wandb_mode=offline and upload later "
+                "with `wandb sync`")
+
+
+def _wandb_credentials():
+    """Whether W&B can authenticate without asking: a key or identity token in the
+    environment, or a netrc entry for its host (where `wandb login` saves the key)."""
+    if os.environ.get("WANDB_API_KEY") or os.environ.get("WANDB_IDENTITY_TOKEN_FILE"):
+        return True
+    host = urllib.parse.urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai"))
+    path = os.environ.get("NETRC") or os.path.join(os.path.expanduser("~"), ".netrc")
+    try:
+        return netrc.netrc(path).authenticators(host.hostname or "") is not None
+    except (OSError, netrc.NetrcParseError):
+        return False
 
 
 def _import_wandb():

@@ -41,6 +41,21 @@ class TrackingTest(absltest.TestCase):
                                         "names wandb but the wandb package is not installed"):
                 tracking.check(config)
         tracking.check(config)  # installed here
+        # Online without credentials: refused at start, before the run loads anything.
+        config.tracking.wandb_mode = "online"
+        tmp = self.create_tempdir().full_path
+        netrc_path = os.path.join(tmp, "netrc")
+        bare = {k: v for k, v in os.environ.items()
+                if k not in ("WANDB_API_KEY", "WANDB_IDENTITY_TOKEN_FILE", "WANDB_BASE_URL")}
+        with mock.patch.dict(os.environ, {**bare, "NETRC": netrc_path}, clear=True):
+            with self.assertRaisesRegex(tracking.TrackingError, "has no W&B credentials"):
+                tracking.check(config)
+            with open(netrc_path, "w") as f:
+                f.write("machine api.wandb.ai\n  login user\n  password k\n")
+            tracking.check(config)
+            os.remove(netrc_path)
+            with mock.patch.dict(os.environ, {"WANDB_API_KEY": "k"}):
+                tracking.check(config)
         config.tracking.wandb_mode = "disabled"
         with self.assertRaisesRegex(tracking.TrackingError, "wandb_mode must be online"):
             tracking.check(config)

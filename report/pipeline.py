@@ -217,15 +217,15 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
               f"--out_dir={p.path('bench')}", "--label=fine-tuned")
 
     def evaluate(names):
+        # The server's key, if it has one, is read by eval from the same variable.
+        key_env = _serving(serve_config).api_key_env
         if sample_problems and not _complete(sample_dir, "problems.txt"):
             p.run("eval", "eval.sample_tasks", f"--out={sample_dir}")
         for model, which, out in evals:
             if model in names and not _complete(out, "summary.json"):
                 p.run("eval", "eval.verilog_eval", f"--base_url={base_url}/v1",
                       f"--model={model}", *which, f"--out_dir={out}",
-                      # the server's key, if it has one, from the same variable
-                      f"--config.api_key_env={_serving(serve_config).api_key_env}",
-                      *eval_args)
+                      f"--config.api_key_env={key_env}", *eval_args)
 
     plans = [(None, [], None, (BASE, FINETUNED))] if base_url else _serve_plans(
         serves_adapters(serve_config), _base_model(tpu), export)

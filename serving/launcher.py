@@ -148,7 +148,8 @@ def free_port():
         return s.getsockname()[1]
 
 
-def _get(url, timeout, api_key=None):
+def http_get(url, timeout, api_key=None):
+    """(status, body) of GET `url`, sending `api_key` if any; urllib's errors pass."""
     request = urllib.request.Request(url, headers=auth_headers(api_key))
     with urllib.request.urlopen(request, timeout=timeout) as response:
         return response.status, response.read()
@@ -203,7 +204,7 @@ class Server:
                 raise ServerError(f"vLLM exited with code {self.process.returncode} during "
                                   f"start-up; the end of its log:\n{self.log_tail()}")
             try:
-                status, _ = _get(f"{base_url}/v1/models", timeout=5, api_key=api_key)
+                status, _ = http_get(f"{base_url}/v1/models", timeout=5, api_key=api_key)
                 if status == 200:
                     return
             except urllib.error.HTTPError as e:
@@ -352,7 +353,7 @@ def launch(config, model, adapters, host, port, run_dir, served_model_name=None,
     try:
         server.wait_ready(record["base_url"], config.startup_timeout_s, key)
         try:
-            status, body = _get(f"{record['base_url']}/version", timeout=10, api_key=key)
+            status, body = http_get(f"{record['base_url']}/version", timeout=10, api_key=key)
             record["vllm_version"] = json.loads(body).get("version") if status == 200 else None
         except (urllib.error.URLError, OSError, ValueError):
             record["vllm_version"] = None

@@ -14,7 +14,6 @@ import os
 import subprocess
 import time
 import urllib.error
-import urllib.request
 
 from common import cli
 from serving import launcher
@@ -48,10 +47,7 @@ def server_info(base_url, timeout=10, api_key=None):
     """(served model ids, vLLM version) of the server, or SweepError if unreachable
     or if it refuses `api_key`."""
     def get(path):
-        request = urllib.request.Request(f"{base_url}{path}",
-                                         headers=launcher.auth_headers(api_key))
-        with urllib.request.urlopen(request, timeout=timeout) as r:
-            return json.load(r)
+        return json.loads(launcher.http_get(f"{base_url}{path}", timeout, api_key)[1])
     try:
         models = [m["id"] for m in get("/v1/models")["data"]]
         try:
@@ -59,13 +55,11 @@ def server_info(base_url, timeout=10, api_key=None):
         except (urllib.error.URLError, OSError, ValueError):
             version = None
         return models, version
-    except urllib.error.HTTPError as e:
-        if e.code == 401:
+    except (urllib.error.URLError, OSError, ValueError, KeyError) as e:
+        if getattr(e, "code", None) == 401:  # an HTTPError: up, refusing our key
             raise SweepError(f"the server at {base_url} answers 401 Unauthorized: set its API "
                              "key in the variable the serving config's api_key_env names "
                              f"(default {server_config.API_KEY_ENV})") from None
-        raise SweepError(f"no vLLM server answers at {base_url}: {e}") from None
-    except (urllib.error.URLError, OSError, ValueError, KeyError) as e:
         raise SweepError(f"no vLLM server answers at {base_url}: {e}") from None
 
 

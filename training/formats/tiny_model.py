@@ -36,6 +36,9 @@ TINY_CONFIG = dict(
     hidden_size=80,
     intermediate_size=224,
     num_hidden_layers=6,
+    # Two repeats of a block of two sliding-window layers and one global layer
+    # (31B: ten of five and one), so the TPU stack's CPU runs scan over layers.
+    layer_types=["sliding_attention", "sliding_attention", "full_attention"] * 2,
     num_attention_heads=8,
     num_key_value_heads=4,
     head_dim=64,

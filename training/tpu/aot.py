@@ -15,11 +15,16 @@ whose work XLA's cost model does not see: their FLOPs are counted by hand and
 their time at the chips' peak is added to XLA's estimate (`analytic_kernels`
 in each row says so).
 
-XLA's cost model counts the body of a loop once: the accumulation `lax.scan`
+XLA's cost model counts the body of a loop once. The accumulation `lax.scan`
 (one micro-batch per iteration) is counted for one micro-batch, so the step's
 FLOPs and time are the counted ones times the accumulation steps (the
 optimizer update, a few element-wise passes over the LoRA factors, is then
-counted that many times too: a slight overestimate of the step time).
+counted that many times too: a slight overestimate of the step time). The
+scan over the decoder layers' block (training/tpu/layer_scan.py) is counted
+for one repeat: the step is compiled a second time without the scanned
+layers (embedding, loss, any unscanned layers: a quick compile), the block's
+cost is the difference, and it is counted once per repeat. compile_test holds
+the scanned FLOPs and time so counted to the unrolled step's.
 
 Online, libtpu is this target's dependency (the train_tpu hub). Offline it
 lives outside the CPU training virtualenv (`.venvs/libtpu`, built from
@@ -28,6 +33,7 @@ project probes for TPU hardware. Either way `use_libtpu` points JAX at it
 (TPU_LIBRARY_PATH) and keeps JAX's own backend on CPU.
 """
 
+import dataclasses
 import gc
 import glob
 import os
@@ -123,6 +129,40 @@ def cost(compiled):
     return dict(analysis or {})
 
 
+_COUNTED = ("flops", "bytes accessed", "optimal_seconds")
+
+
+def _compile_costs(dims, config, devices):
+    """(seconds to lower and compile, memory analysis, XLA's counted costs)."""
+    started = time.time()
+    lowered = lower_step(dims, config, devices)
+    compiled = lowered.compile()
+    seconds = time.time() - started
+    memory = compiled.memory_analysis()
+    counted = cost(compiled)
+    del compiled, lowered  # a 60-layer executable holds GBs of host memory
+    gc.collect()
+    return seconds, memory, {name: counted.get(name, 0.0) for name in _COUNTED}
+
+
+def scan_trip_count(dims, config, devices, counted):
+    """`counted` (one repeat of the scanned block, as XLA counts a loop) with the
+    block counted once per repeat: the block's cost is `counted` less that of the
+    step without the scanned layers. Returns (costs, what was done, for the row)."""
+    from training.tpu import layer_scan  # pylint: disable=import-outside-toplevel
+    plan = layer_scan.Plan.of(dims.layer_types, config.scan_layers)
+    if plan.repeats < 2:
+        return counted, {"layers": plan.describe()}
+    rest = dataclasses.replace(dims, layer_types=dims.layer_types[plan.scanned:])
+    seconds, _, without = _compile_costs(rest, config, devices)
+    block = {name: counted[name] - without[name] for name in _COUNTED}
+    total = {name: without[name] + plan.repeats * block[name] for name in _COUNTED}
+    return total, {"layers": plan.describe(), "period": plan.period,
+                   "repeats": plan.repeats, "block_flops": block["flops"],
+                   "counted_flops": counted["flops"], "without_scanned_flops": without["flops"],
+                   "without_scanned_compile_seconds": seconds}
+
+
 def compile_step(dims, config, machine):
     """Compiles the step of `config` for `machine`'s topology: what XLA measured.
 
@@ -138,23 +178,18 @@ def compile_step(dims, config, machine):
     if len(devices) != machine.chips:
         raise AotError(f"topology {machine.topology} has {len(devices)} chips, the machine "
                        f"table says {machine.chips} for {machine.name}")
-    started = time.time()
-    lowered = lower_step(dims, config, devices)
-    compiled = lowered.compile()
-    seconds = time.time() - started
-    memory = compiled.memory_analysis()
-    counted = cost(compiled)
-    del compiled, lowered  # a 60-layer executable holds GBs of host memory
-    gc.collect()
-    steps = accumulation  # the scan body is counted once (module docstring)
+    seconds, memory, counted = _compile_costs(dims, config, devices)
+    counted, scan = scan_trip_count(dims, config, devices, counted)
+    steps = accumulation  # the accumulation scan's body is counted once (module docstring)
     return {
         "memory": {"argument": memory.argument_size_in_bytes,
                    "output": memory.output_size_in_bytes, "alias": memory.alias_size_in_bytes,
                    "temp": memory.temp_size_in_bytes},
-        "xla_flops": counted.get("flops", 0.0) * steps * machine.chips,
-        "xla_bytes_accessed": counted.get("bytes accessed", 0.0) * steps * machine.chips,
-        "optimal_seconds": counted.get("optimal_seconds", 0.0) * steps,
+        "xla_flops": counted["flops"] * steps * machine.chips,
+        "xla_bytes_accessed": counted["bytes accessed"] * steps * machine.chips,
+        "optimal_seconds": counted["optimal_seconds"] * steps,
         "compile_seconds": seconds,
+        "scan": scan,
     }
 
 
@@ -205,6 +240,7 @@ def row(dims, config, machine, measured, *, non_padding_fraction, trained_fracti
                           if tokens_per_s else None),
         "analytic_kernels": kernels,
         "compile_seconds": measured["compile_seconds"],
+        "scan_layers": bool(config.scan_layers), "scan": measured["scan"],
     }
 
 
@@ -234,7 +270,7 @@ GIB = 2**30
 
 def format_rows(rows):
     """The rows as an aligned text table."""
-    header = ("mesh", "T", "mb x acc", "remat", "attention", "loss", "GiB/chip", "HBM %",
+    header = ("mesh", "T", "mb x acc", "layers", "remat", "attention", "loss", "GiB/chip", "HBM %",
               "planner", "tok/s", "trained/s", "MFU", "compile s")
     lines = [header]
     for row in rows:
@@ -243,6 +279,7 @@ def format_rows(rows):
             f"{row['mesh']['fsdp']}x{row['mesh']['tp']}" + (" (ref)" if row.get("reference")
                                                               else ""),
             str(row["seq_len"]), f"{row['micro_batch']} x {row['accumulation']}",
+            f"{row['layers']} " + ("scanned" if row["scan"].get("repeats") else "unrolled"),
             "yes" if row["remat"] else "no", row["attention"],
             f"chunk {row['loss_chunk']}" if row["loss_chunk"] else "full",
             f"{row['per_chip_bytes'] / GIB:.2f}",

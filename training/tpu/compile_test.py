@@ -104,6 +104,25 @@ class CompileTest(absltest.TestCase):
             costs.append(aot.cost(lowered.compile())["flops"])
         self.assertAlmostEqual(costs[1] / costs[0], 1.0, delta=0.01)
 
+    def test_the_scanned_block_is_counted_once_per_repeat(self):
+        # 12 layers of the 31B pattern at small widths: a block of 6, 2 repeats.
+        dims = dataclasses.replace(small_dims(), layer_types=real_31b(range(12)).layer_types)
+        measured = {}
+        for scan in (True, False):
+            config = v5p8_with(**{"data.max_seq_len": 256, "batch.per_device_size": 1,
+                                  "batch.effective_size": 4, "scan_layers": scan})
+            measured[scan] = aot.compile_step(dims, config, V5P8)
+        scanned, unrolled = measured[True], measured[False]
+        self.assertEqual((scanned["scan"]["period"], scanned["scan"]["repeats"]), (6, 2))
+        self.assertNotIn("repeats", unrolled["scan"])
+        # XLA alone counts one repeat of the block: well short of the unrolled step.
+        steps = 4 * V5P8.chips  # accumulation x chips, as compile_step scales
+        self.assertLess(scanned["scan"]["counted_flops"] * steps, 0.8 * unrolled["xla_flops"])
+        # Counted per repeat, scanned and unrolled agree.
+        self.assertAlmostEqual(scanned["xla_flops"] / unrolled["xla_flops"], 1.0, delta=0.01)
+        self.assertAlmostEqual(scanned["optimal_seconds"] / unrolled["optimal_seconds"], 1.0,
+                               delta=0.05)
+
     def test_tp8_is_refused_before_any_compile(self):
         config = v5p8_with(**{"mesh.fsdp": 1, "mesh.tp": 8})
         with mock.patch.object(aot, "lower_step", side_effect=AssertionError("compiled")):

@@ -22,6 +22,14 @@ def tpu_config(recipe, *, model, dtype, fsdp, tp, machine, cpu_devices=0):
     # > 0: logits (and their float32 softmax) made this many positions at a
     # time instead of all [micro-batch, T, vocab] at once; 0: all at once.
     c.loss_chunk = 0
+    # Decoder layers stored stacked per block position and run under one scan over
+    # the block's repeats (training/tpu/layer_scan.py): XLA compiles one block,
+    # not every layer. False: every layer unrolled (the same losses; comparison).
+    c.scan_layers = True
+    # With remat: "layer" recomputes each decoder layer in the backward pass,
+    # "block" each scanned block as a whole (fewer saved inputs, one block's
+    # activations live at a time).
+    c.remat_scope = "layer"
     c.log_every = 1
     c.max_steps = 0  # 0: the whole data set (epochs x rows / effective batch)
     # JAX's persistent compilation cache in RUN_DIR/compilation_cache (a bucket

@@ -43,6 +43,7 @@ from tunix.models.gemma4 import model as gemma4
 
 from common import cli
 from training.formats import gemma4_map
+from training.tpu import layer_scan
 
 KERNELS = ("dense", "splash")
 _MASKED = -2.3819763e38  # Tunix's mask value (a large negative finite float32)
@@ -157,6 +158,15 @@ def _attention(attn, x, positions, segment_ids, attention):
     return attn.attn_vec_einsum(attend(query, key, value, segment_ids, window, attention))
 
 
+def _remat_scope(remat_config):
+    """Tunix's remat setting (an enum or its value) -> None, DECODER (every decoder
+    layer) or BLOCK (every scanned block, layer by layer elsewhere)."""
+    for scope in (gemma4.RematConfig.DECODER, gemma4.RematConfig.BLOCK):
+        if remat_config in (scope, scope.value):
+            return scope
+    return None
+
+
 def _layer(layer, x, positions, segment_ids, attention):
     """Tunix's decoder layer (dense MLP, no per-layer inputs) over packed segments."""
     attended = layer.post_attention_norm(
@@ -170,12 +180,19 @@ class Gemma4(gemma4.Gemma4):
     """Tunix's Gemma 4 plus the packed training forward pass (module docstring)."""
 
     attention = Attention()
+    # The scanned layout (training/tpu/layer_scan.py): stacked block positions, and
+    # the plan that maps them to layers; None until `layer_scan.stack_module`.
+    blocks = None
+    layer_plan = None
 
     def __call__(self, tokens, positions=None, cache=None, attention_mask=None,
                  decode_only_last_token=False, segment_ids=None):
         """Tunix's forward pass; with `segment_ids` ([B, T]), the packed training pass,
         which returns (final hidden states [B, T, D], None): logits come from `logits`."""
         if segment_ids is None:
+            if self.blocks is not None:
+                raise ForwardError("a model in the scanned layout runs the packed training "
+                                   "pass only (segment_ids=)")
             return super().__call__(tokens, positions, cache, attention_mask,
                                     decode_only_last_token)
         if cache is not None or attention_mask is not None:
@@ -185,12 +202,19 @@ class Gemma4(gemma4.Gemma4):
                 shared != i for i, shared in enumerate(self.kv_cache_sharing_patterns)):
             raise ForwardError("the packed forward pass covers dense Gemma 4 (31B's "
                                "architecture), not MoE, per-layer inputs or shared KV layers")
-        layer_fn = _layer
-        if config.remat_config in (gemma4.RematConfig.DECODER, gemma4.RematConfig.DECODER.value):
-            layer_fn = nnx.remat(_layer, static_argnums=(4,), graph_updates=False)
+        scope = _remat_scope(config.remat_config)
+
+        def layer_fn(remat):
+            run = nnx.remat(_layer, static_argnums=(4,), graph_updates=False) if remat else _layer
+            return lambda layer, x: run(layer, x, positions, segment_ids, self.attention)
+
         x = self.embedder.encode(tokens)
+        if self.blocks is not None:
+            x = layer_scan.run(self.blocks, x, layer_fn(scope == gemma4.RematConfig.DECODER),
+                               remat_block=scope == gemma4.RematConfig.BLOCK)
+        unscanned = layer_fn(scope is not None)
         for layer in self.layers:
-            x = layer_fn(layer, x, positions, segment_ids, self.attention)
+            x = unscanned(layer, x)
         return self.final_norm(x), None
 
     def logits(self, hidden):

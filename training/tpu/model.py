@@ -30,11 +30,13 @@ from tunix.models.gemma4 import model as gemma4
 from training.formats import base_model
 from training.formats import gemma4_map
 from training.tpu import forward
+from training.tpu import layer_scan
 from training.tpu import sharding as sharding_lib
 
 _SKIPPED_PREFIXES = ("model.vision_tower.", "model.multi_modal_projector.", "model.embed_vision.",
                      "model.audio_tower.", "model.embed_audio.")
 DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16}
+REMAT_SCOPES = {"layer": gemma4.RematConfig.DECODER, "block": gemma4.RematConfig.BLOCK}
 
 
 def tunix_config(dims, dtype="bfloat16"):
@@ -107,12 +109,15 @@ def _lora_provider(lora_config):
         rank=lora_config.rank, alpha=float(lora_config.alpha), dropout=lora_config.dropout)
 
 
-def abstract_model(dims, dtype, lora_config=None):
+def abstract_model(dims, dtype, lora_config=None, scan=False):
     """The model's structure and shapes, with Qwix's LoRA factors, allocating nothing.
 
     Qwix creates LoRA factors by running the model once; under nnx.eval_shape
     that run is only traced, so even 31B costs no memory or compute, and the
-    same code works with several JAX processes.
+    same code works with several JAX processes. With LoRA dropout, each LoRA
+    module gets its fixed-key stream (concrete keys, made on the host:
+    compile-only devices hold no arrays). `scan`: in the scanned layout
+    (training/tpu/layer_scan.py), when the layers repeat a block.
     """
     config = tunix_config(dims, dtype)
 
@@ -124,20 +129,28 @@ def abstract_model(dims, dtype, lora_config=None):
                                         **model.get_model_input(),
                                         rngs=nnx.Rngs(params=0, dropout=0))
 
-    return nnx.eval_shape(create)
+    model = nnx.eval_shape(create)
+    if lora_config is not None and lora_config.dropout > 0:
+        use_fixed_dropout_keys(model)
+    return layer_scan.stack_module(model, layer_scan.Plan.of(dims.layer_types, scan))
 
 
-def load(model_dir, dims, mesh, dtype="bfloat16", lora_config=None, seed=0):
+def load(model_dir, dims, mesh, dtype="bfloat16", lora_config=None, seed=0, scan=False):
     """The Tunix model with the checkpoint's weights and fresh LoRA factors.
 
     Every array is created directly in its sharding: base weights from the
     safetensors shards, LoRA A with Qwix's initializer (He uniform) from keys
     derived from `seed`, LoRA B zero, so the model starts equal to the base.
+    `scan`: in the scanned layout, each block position's repeats read and
+    stacked together (one stacked tensor on the host at a time); the LoRA
+    factors are the same in either layout.
     """
     files = _checkpoint_tensors(model_dir, dims)
     with jax.set_mesh(mesh):
-        graphdef, state = nnx.split(abstract_model(dims, dtype, lora_config))
+        model = abstract_model(dims, dtype, lora_config, scan)
+        graphdef, state = nnx.split(model)
         shardings = dict(nnx.to_flat_state(nnx.get_named_sharding(state, mesh)))
+    plan = model.layer_plan
     flat = dict(nnx.to_flat_state(state))
     handles = {}
 
@@ -147,40 +160,49 @@ def load(model_dir, dims, mesh, dtype="bfloat16", lora_config=None, seed=0):
             handles[path] = safe_open(path, "np")
         return handles[path].get_tensor(original)
 
-    def place(path, value, sharding):
-        flat[path].set_value(jax.make_array_from_callback(
-            value.shape, sharding, lambda index: np.asarray(value[index])))
-
-    done = set()
-    for name, tunix_path in gemma4_map.base_names(dims).items():
-        path = _flat_path(tunix_path)
-        if path in done:
-            continue
+    def convert(name, tunix_path):
         tensors = {name: read(name)}
         if tunix_path.endswith("kv_einsum.w"):
             for proj in ("k_proj", "v_proj"):
                 other = re.sub(r"[kv]_proj", proj, name)
                 tensors.setdefault(other, read(other))
-        value = gemma4_map.hf_to_tunix(dims, name, tensors).astype(DTYPES[dtype])
-        if tuple(value.shape) != tuple(flat[path].shape):
-            raise gemma4_map.MappingError(f"{name} -> {tunix_path}: shape {value.shape}, the "
-                                          f"model expects {flat[path].shape}")
-        place(path, value, shardings[path].get_value())
-        done.add(path)
+        return gemma4_map.hf_to_tunix(dims, name, tensors).astype(DTYPES[dtype])
 
+    def place(path, value, sharding):
+        if tuple(value.shape) != tuple(flat[path].shape):
+            raise gemma4_map.MappingError(f"{'.'.join(map(str, path))}: shape {value.shape}, "
+                                          f"the model expects {flat[path].shape}")
+        flat[path].set_value(jax.make_array_from_callback(
+            value.shape, sharding, lambda index: np.asarray(value[index])))
+
+    # Every parameter's per-layer sources, by its path in the model's layout.
+    sources = {}
+    for name, tunix_path in gemma4_map.base_names(dims).items():
+        path, repeat = plan.locate(_flat_path(tunix_path))
+        sources.setdefault(path, {}).setdefault(repeat, (name, tunix_path))
+    for path, members in sources.items():
+        values = [convert(*members[r]) for r in sorted(members, key=lambda r: r or 0)]
+        value = values[0] if None in members else np.stack(values)
+        place(path, value, shardings[path].get_value())
+    done = set(sources)
+
+    # LoRA factors made layer by layer, in the per-layer order, whatever the layout.
     lora_init = qwix.LoraRule(module_path=".*", rank=1, alpha=1.0).lora_a_initializer
     key = jax.random.key(seed)
-    for index, (path, variable) in enumerate(sorted(flat.items(), key=lambda kv: str(kv[0]))):
-        if not isinstance(variable, nnx.LoRAParam):
-            continue
+    factors = layer_scan.unstack_flat(plan, {p: v for p, v in flat.items()
+                                             if isinstance(v, nnx.LoRAParam)})
+    values = {}
+    for index, (path, variable) in enumerate(sorted(factors.items(), key=lambda kv: str(kv[0]))):
         # Factors stay float32 on a bf16 base (as PEFT keeps them): bf16 would
         # round away updates of lr ~1e-4.
         shape = variable.shape
         if str(path[-1]).endswith("_lora_a"):
-            value = np.asarray(lora_init(jax.random.fold_in(key, index), shape, jnp.float32))
+            values[path] = np.asarray(lora_init(jax.random.fold_in(key, index), shape,
+                                                jnp.float32))
         else:
-            value = np.zeros(shape, np.float32)
-        spec = sharding_lib.fit_spec(sharding_lib.declared_spec(variable), shape, mesh)
+            values[path] = np.zeros(shape, np.float32)
+    for path, value in layer_scan.stack_flat(plan, values).items():
+        spec = sharding_lib.fit_spec(sharding_lib.declared_spec(flat[path]), value.shape, mesh)
         place(path, value, jax.sharding.NamedSharding(mesh, spec))
         done.add(path)
 
@@ -188,10 +210,7 @@ def load(model_dir, dims, mesh, dtype="bfloat16", lora_config=None, seed=0):
                 if p not in done and isinstance(v, nnx.Param)]
     if unfilled:
         raise gemma4_map.MappingError(f"no value for parameters {unfilled[:5]}")
-    model = nnx.merge(graphdef, nnx.from_flat_state(flat))
-    if lora_config is not None and lora_config.dropout > 0:
-        use_fixed_dropout_keys(model)
-    return model
+    return nnx.merge(graphdef, nnx.from_flat_state(flat))
 
 
 def load_base(model_dir, dims, mesh, dtype="bfloat16"):
@@ -207,42 +226,58 @@ def use_fixed_dropout_keys(model):
             module.qwix_rngs = rngs
 
 
-def enable_remat(model, remat):
+def enable_remat(model, remat, scope="layer"):
     """Rematerializes every decoder layer in the backward pass (Tunix's DECODER setting,
-    which the packed forward pass of training/tpu/forward.py follows)."""
-    model.config.remat_config = gemma4.RematConfig.DECODER if remat else gemma4.RematConfig.NONE
+    which the packed forward pass of training/tpu/forward.py follows), or with
+    `scope="block"` every scanned block as a whole (Tunix's BLOCK; unscanned
+    layers one by one)."""
+    if scope not in REMAT_SCOPES:
+        raise gemma4_map.MappingError(f"remat scope {scope!r}: one of {', '.join(REMAT_SCOPES)}")
+    model.config.remat_config = (REMAT_SCOPES[scope] if remat else gemma4.RematConfig.NONE)
 
 
 def dropout_keys(rng_state, key):
-    """`rng_state` with every dropout key replaced by a distinct fold of `key`."""
+    """`rng_state` with every dropout key replaced by a distinct fold of `key` (a stacked
+    key of the scanned layout by one per repeat)."""
     leaves, treedef = jax.tree.flatten(rng_state)
     new = []
     for i, leaf in enumerate(leaves):
-        if jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-            new.append(jax.random.fold_in(key, i))
-        else:
+        if not jax.dtypes.issubdtype(leaf.dtype, jax.dtypes.prng_key):
             new.append(leaf)
+        elif leaf.ndim:
+            new.append(jax.random.split(jax.random.fold_in(key, i), leaf.shape))
+        else:
+            new.append(jax.random.fold_in(key, i))
     return jax.tree.unflatten(treedef, new)
 
 
 def lora_names(model):
-    """{flat name: variable} of the model's LoRA factors (`layers.0.attn.q_einsum.w_lora_a`)."""
+    """{flat name: variable} of the model's LoRA factors in its own layout
+    (`layers.0.attn.q_einsum.w_lora_a`; stacked `blocks.0...` when scanned)."""
     return {".".join(map(str, path)): variable
             for path, variable in nnx.to_flat_state(nnx.state(model, nnx.LoRAParam))}
 
 
 def set_lora(model, factors):
-    """Replaces the model's LoRA factors by `factors` ({flat name: array}), in place,
-    keeping each factor's sharding; names and shapes must match exactly."""
-    variables = lora_names(model)
-    if set(variables) != set(factors):
-        missing = sorted(set(variables) - set(factors))
-        extra = sorted(set(factors) - set(variables))
+    """Replaces the model's LoRA factors by `factors` ({per-layer flat name: array}), in
+    place, in either layout, keeping each factor's sharding; names and shapes must
+    match exactly."""
+    plan = model.layer_plan
+    variables = {path: variable for path, variable in
+                 nnx.to_flat_state(nnx.state(model, nnx.LoRAParam))}
+    expected = {".".join(map(str, p)): v
+                for p, v in layer_scan.unstack_flat(plan, variables).items()}
+    if set(expected) != set(factors):
+        missing = sorted(set(expected) - set(factors))
+        extra = sorted(set(factors) - set(expected))
         raise gemma4_map.MappingError(
             f"LoRA factors do not match the model: missing {missing[:3]}, unexpected {extra[:3]}")
-    for name, variable in variables.items():
-        old = variable.get_value()
-        if tuple(old.shape) != tuple(factors[name].shape):
+    for name, variable in expected.items():
+        if tuple(variable.shape) != tuple(factors[name].shape):
             raise gemma4_map.MappingError(f"LoRA factor {name}: shape {factors[name].shape}, "
-                                          f"the model has {old.shape} (another rank?)")
-        variable.set_value(jax.device_put(np.asarray(factors[name], old.dtype), old.sharding))
+                                          f"the model has {variable.shape} (another rank?)")
+    stacked = layer_scan.stack_flat(plan, {_flat_path(name): np.asarray(value)
+                                           for name, value in factors.items()})
+    for path, variable in variables.items():
+        old = variable.get_value()
+        variable.set_value(jax.device_put(np.asarray(stacked[path], old.dtype), old.sharding))

@@ -22,6 +22,7 @@ from jax.sharding import PartitionSpec as P
 
 from data import packing
 from training.tpu import forward
+from training.tpu import layer_scan
 from training.tpu import mesh_plan
 from training.tpu import model as model_lib
 from training.tpu import optimizer as optimizer_lib
@@ -40,15 +41,12 @@ class State:
     opt_shardings: object
     batch_sharding: object
     step: train_step.StepFunctions
+    plan: layer_scan.Plan  # the model's layer layout (training/tpu/layer_scan.py)
 
 
 def abstract_model(dims, config):
-    """The config's model with LoRA as shapes only, dropout keys as `model.load` sets them."""
-    model = model_lib.abstract_model(dims, config.model.dtype, config.lora)
-    if config.lora.dropout > 0:
-        # Concrete keys, made on the host: compile-only devices hold no arrays.
-        model_lib.use_fixed_dropout_keys(model)
-    return model
+    """The config's model with LoRA as shapes only, in the config's layer layout."""
+    return model_lib.abstract_model(dims, config.model.dtype, config.lora, config.scan_layers)
 
 
 def _is_abstract(tree):
@@ -62,7 +60,7 @@ def _abstract(tree, shardings):
 
 
 def _configure(model, config, mesh):
-    model_lib.enable_remat(model, config.remat)
+    model_lib.enable_remat(model, config.remat, config.remat_scope)
     forward.configure(model, forward.Attention.on_mesh(config.attention.kernel,
                                                        config.attention.block, mesh))
 
@@ -72,7 +70,7 @@ def _without_dropout(dims, config, mesh):
     and base state evaluate through it deterministically."""
     lora = config.lora.copy_and_resolve_references()
     lora.dropout = 0.0
-    model = model_lib.abstract_model(dims, config.model.dtype, lora)
+    model = model_lib.abstract_model(dims, config.model.dtype, lora, config.scan_layers)
     _configure(model, config, mesh)
     with jax.set_mesh(mesh):
         graphdef, _, rngs, _ = nnx.split(model, nnx.LoRAParam, nnx.RngState, ...)
@@ -109,7 +107,7 @@ def build(model, mesh, config, total_steps, dims):
                                 opt_shardings=opt_shardings, batch_sharding=batch_sharding,
                                 loss_chunk=config.loss_chunk, eval_model=eval_model)
     return State(lora, opt_state, base, rngs, lora_shardings, opt_shardings, batch_sharding,
-                 step)
+                 step, model.layer_plan)
 
 
 def abstract_inputs(state, config):

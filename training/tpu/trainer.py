@@ -164,12 +164,14 @@ def preflight(config):
 def load_state(base_dir, dims, mesh, config, total_steps):
     """Loads the base with fresh (or `lora.init_from`) LoRA factors; the state around it."""
     started = time.time()
-    model = model_lib.load(base_dir, dims, mesh, config.model.dtype, config.lora, config.seed)
+    model = model_lib.load(base_dir, dims, mesh, config.model.dtype, config.lora, config.seed,
+                           config.scan_layers)
     if config.lora.init_from:
         # An Orbax LoRA state: a checkpoint step or //conversion:import_adapter's output.
         model_lib.set_lora(model, orbax_lora.read(config.lora.init_from))
-    log.info("base model loaded and LoRA added in %.1fs: %d LoRA tensors",
-             time.time() - started, len(model_lib.lora_names(model)))
+    log.info("base model loaded and LoRA added in %.1fs: %d LoRA tensors; %s",
+             time.time() - started, len(model_lib.lora_names(model)),
+             model.layer_plan.describe())
     return state_lib.build(model, mesh, config, total_steps, dims)
 
 
@@ -205,7 +207,7 @@ def train(config, workdir, shared_fs=False):
     data_iterator = iter(micro_batches.to_iter_dataset())
     step = 0
     restored = checkpoints_lib.restore_latest(checkpoints, state.lora, state.opt_state,
-                                              data_iterator)
+                                              data_iterator, state.plan)
     if restored:
         step, state.lora, state.opt_state = restored
         log.info("resumed from checkpoint at step %d", step)
@@ -291,7 +293,7 @@ def _loop(run, state, step, data_iterator, checkpoints, cache=None):
             stop = preemption.stop()
             if checkpoints_lib.save(checkpoints, step, lora, opt_state, data_iterator,
                                     {**run.lora_meta, "step": step},
-                                    force=stop or step == run.total_steps):
+                                    force=stop or step == run.total_steps, plan=state.plan):
                 writer.flush()
             if stop:
                 log.warning("SIGTERM: saved a checkpoint at step %d, exiting", step)

@@ -21,9 +21,10 @@ FLOPs and time are the counted ones times the accumulation steps (the
 optimizer update, a few element-wise passes over the LoRA factors, is then
 counted that many times too: a slight overestimate of the step time). The
 scan over the decoder layers' block (training/tpu/layer_scan.py) is counted
-for one repeat: the step is compiled a second time without the scanned
-layers (embedding, loss, any unscanned layers: a quick compile), the block's
-cost is the difference, and it is counted once per repeat. compile_test holds
+for one repeat: the step is compiled a second time with the scanned blocks
+skipped (embedding, loss, unscanned layers, the same LoRA state and
+optimizer), the block's cost is the difference, and it is counted once per
+repeat. compile_test holds
 the scanned FLOPs and time so counted to the unrolled step's.
 
 Online, libtpu is this target's dependency (the train_tpu hub). Offline it
@@ -33,9 +34,9 @@ project probes for TPU hardware. Either way `use_libtpu` points JAX at it
 (TPU_LIBRARY_PATH) and keeps JAX's own backend on CPU.
 """
 
-import dataclasses
 import gc
 import glob
+import logging
 import os
 import time
 
@@ -44,6 +45,8 @@ from common import repo
 from training.common import flops as flops_lib
 from training.formats import gemma4_map
 from training.tpu import mesh_plan
+
+log = logging.getLogger(__name__)
 
 LIBTPU_SITE_ENV = "G4_LIBTPU_SITE"
 HBM_LIMIT = 0.9  # of each chip's HBM: the most a step may use
@@ -107,15 +110,17 @@ def topology_devices(topology):
                        f"{str(e).splitlines()[0]}") from e
 
 
-def lower_step(dims, config, devices):
-    """The step `sft` runs for `config`, lowered for `devices` with abstract inputs."""
+def lower_step(dims, config, devices, skip_scanned_blocks=False):
+    """The step `sft` runs for `config`, lowered for `devices` with abstract inputs
+    (`skip_scanned_blocks`: without running the scanned layers, for counting them)."""
     from training.tpu import sharding  # pylint: disable=import-outside-toplevel
     from training.tpu import state as state_lib  # pylint: disable=import-outside-toplevel
 
     mesh = sharding.make_mesh(config.mesh.fsdp, config.mesh.tp, devices)
+    model = state_lib.abstract_model(dims, config)
+    model.skip_scanned_blocks = skip_scanned_blocks
     # The schedule's length does not change a shape: any step count compiles the same.
-    state = state_lib.build(state_lib.abstract_model(dims, config), mesh, config,
-                            total_steps=1000, dims=dims)
+    state = state_lib.build(model, mesh, config, total_steps=1000, dims=dims)
     batch, key = state_lib.abstract_inputs(state, config)
     return state.step.train.lower(state.lora, state.opt_state, state.base, state.rngs, batch,
                                   key)
@@ -132,12 +137,15 @@ def cost(compiled):
 _COUNTED = ("flops", "bytes accessed", "optimal_seconds")
 
 
-def _compile_costs(dims, config, devices):
+def _compile_costs(dims, config, devices, skip_scanned_blocks=False):
     """(seconds to lower and compile, memory analysis, XLA's counted costs)."""
     started = time.time()
-    lowered = lower_step(dims, config, devices)
+    lowered = lower_step(dims, config, devices, skip_scanned_blocks)
+    traced = time.time()
     compiled = lowered.compile()
     seconds = time.time() - started
+    log.info("traced and lowered in %.0fs, compiled by XLA in %.0fs", traced - started,
+             seconds - (traced - started))
     memory = compiled.memory_analysis()
     counted = cost(compiled)
     del compiled, lowered  # a 60-layer executable holds GBs of host memory
@@ -148,13 +156,16 @@ def _compile_costs(dims, config, devices):
 def scan_trip_count(dims, config, devices, counted):
     """`counted` (one repeat of the scanned block, as XLA counts a loop) with the
     block counted once per repeat: the block's cost is `counted` less that of the
-    step without the scanned layers. Returns (costs, what was done, for the row)."""
+    same step with the scanned blocks skipped (the same LoRA state, optimizer and
+    everything else). Returns (costs, what was done, for the row)."""
     from training.tpu import layer_scan  # pylint: disable=import-outside-toplevel
     plan = layer_scan.Plan.of(dims.layer_types, config.scan_layers)
     if plan.repeats < 2:
         return counted, {"layers": plan.describe()}
-    rest = dataclasses.replace(dims, layer_types=dims.layer_types[plan.scanned:])
-    seconds, _, without = _compile_costs(rest, config, devices)
+    log.info("XLA counts the scanned block once: compiling the step without running its "
+             "%d scanned layers, to count the block per repeat...", plan.scanned)
+    seconds, _, without = _compile_costs(dims, config, devices, skip_scanned_blocks=True)
+    log.info("compiled in %.0fs", seconds)
     block = {name: counted[name] - without[name] for name in _COUNTED}
     total = {name: without[name] + plan.repeats * block[name] for name in _COUNTED}
     return total, {"layers": plan.describe(), "period": plan.period,
@@ -179,6 +190,7 @@ def compile_step(dims, config, machine):
         raise AotError(f"topology {machine.topology} has {len(devices)} chips, the machine "
                        f"table says {machine.chips} for {machine.name}")
     seconds, memory, counted = _compile_costs(dims, config, devices)
+    log.info("compiled in %.0fs", seconds)
     counted, scan = scan_trip_count(dims, config, devices, counted)
     steps = accumulation  # the accumulation scan's body is counted once (module docstring)
     return {

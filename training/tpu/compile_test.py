@@ -93,33 +93,31 @@ class CompileTest(absltest.TestCase):
         self.assertAlmostEqual(row["optimal_seconds"],
                                row["xla_optimal_seconds"] + kernel["seconds"])
 
-    def test_the_scan_body_is_counted_once(self):
-        # compile_row multiplies XLA's counts by the accumulation steps: true
-        # only while XLA counts a loop's body once. A change of XLA fails here.
-        costs = []
-        for accumulation in (1, 4):
-            config = v5p8_with(**{"data.max_seq_len": 256, "batch.per_device_size": 1,
-                                  "batch.effective_size": accumulation})
-            lowered = aot.lower_step(small_dims(), config, aot.topology_devices(V5P8.topology))
-            costs.append(aot.cost(lowered.compile())["flops"])
-        self.assertAlmostEqual(costs[1] / costs[0], 1.0, delta=0.01)
+    def test_loops_are_counted_once_and_the_layer_scan_once_per_repeat(self):
+        # Small widths, (sliding, global) twice: scanned, a block of 2 over 2 repeats.
+        dims = dataclasses.replace(small_dims(), layer_types=(gemma4_map.SLIDING,
+                                                              gemma4_map.GLOBAL) * 2)
+        devices = aot.topology_devices(V5P8.topology)
 
-    def test_the_scanned_block_is_counted_once_per_repeat(self):
-        # 12 layers of the 31B pattern at small widths: a block of 6, 2 repeats.
-        dims = dataclasses.replace(small_dims(), layer_types=real_31b(range(12)).layer_types)
-        measured = {}
-        for scan in (True, False):
-            config = v5p8_with(**{"data.max_seq_len": 256, "batch.per_device_size": 1,
-                                  "batch.effective_size": 4, "scan_layers": scan})
-            measured[scan] = aot.compile_step(dims, config, V5P8)
-        scanned, unrolled = measured[True], measured[False]
-        self.assertEqual((scanned["scan"]["period"], scanned["scan"]["repeats"]), (6, 2))
-        self.assertNotIn("repeats", unrolled["scan"])
-        # XLA alone counts one repeat of the block: well short of the unrolled step.
+        def config(accumulation, scan):
+            return v5p8_with(**{"data.max_seq_len": 256, "batch.per_device_size": 1,
+                                "batch.effective_size": accumulation, "scan_layers": scan})
+
+        # compile_step multiplies XLA's counts by the accumulation steps: true only
+        # while XLA counts a loop's body once. A change of XLA fails here.
+        one = aot.cost(aot.lower_step(dims, config(1, False), devices).compile())["flops"]
+        unrolled = aot.compile_step(dims, config(4, False), V5P8)
         steps = 4 * V5P8.chips  # accumulation x chips, as compile_step scales
+        self.assertAlmostEqual(unrolled["xla_flops"] / steps / one, 1.0, delta=0.01)
+        self.assertNotIn("repeats", unrolled["scan"])
+        # The layer scan: XLA alone counts one repeat of the block, short of the
+        # unrolled step; counted per repeat, the two agree (measured 1.010x on 12
+        # layers: the loop recomputes per iteration element-wise work that XLA can
+        # share between unrolled layers, a share that shrinks with the widths).
+        scanned = aot.compile_step(dims, config(4, True), V5P8)
+        self.assertEqual((scanned["scan"]["period"], scanned["scan"]["repeats"]), (2, 2))
         self.assertLess(scanned["scan"]["counted_flops"] * steps, 0.8 * unrolled["xla_flops"])
-        # Counted per repeat, scanned and unrolled agree.
-        self.assertAlmostEqual(scanned["xla_flops"] / unrolled["xla_flops"], 1.0, delta=0.01)
+        self.assertAlmostEqual(scanned["xla_flops"] / unrolled["xla_flops"], 1.0, delta=0.02)
         self.assertAlmostEqual(scanned["optimal_seconds"] / unrolled["optimal_seconds"], 1.0,
                                delta=0.05)
 

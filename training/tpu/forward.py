@@ -155,7 +155,8 @@ def _attention(attn, x, positions, segment_ids, attention):
     key = rope(attn._key_norm(key))  # pylint: disable=protected-access
     window = (attn.config.sliding_window_size
               if attn.attn_type == gemma4.AttentionType.LOCAL_SLIDING else None)
-    return attn.attn_vec_einsum(attend(query, key, value, segment_ids, window, attention))
+    encoded = attend(query, key, value, segment_ids, window, attention)
+    return attn.attn_vec_einsum(jax.ad_checkpoint.checkpoint_name(encoded, "attention"))
 
 
 def _remat_scope(remat_config):
@@ -165,6 +166,16 @@ def _remat_scope(remat_config):
         if remat_config in (scope, scope.value):
             return scope
     return None
+
+
+# What scanned layers without remat keep for the backward pass. A scan stores
+# every value it keeps as a loop output of all repeats, where XLA, seeing the
+# unrolled layers, fuses element-wise work (norms, up-casts) into the matmuls
+# around it instead of storing it: so the scan keeps only matmul outputs and
+# the attention output, and recomputes the element-wise work.
+SCANNED_SAVES = jax.checkpoint_policies.save_from_both_policies(
+    jax.checkpoint_policies.dots_saveable,
+    jax.checkpoint_policies.save_only_these_names("attention"))
 
 
 def _layer(layer, x, positions, segment_ids, attention):
@@ -184,6 +195,9 @@ class Gemma4(gemma4.Gemma4):
     # the plan that maps them to layers; None until `layer_scan.stack_module`.
     blocks = None
     layer_plan = None
+    # Cost analysis only (training/tpu/aot.py): the step with the scanned blocks
+    # skipped, everything else (the LoRA state and its optimizer) as it is.
+    skip_scanned_blocks = False
 
     def __call__(self, tokens, positions=None, cache=None, attention_mask=None,
                  decode_only_last_token=False, segment_ids=None):
@@ -204,13 +218,17 @@ class Gemma4(gemma4.Gemma4):
                                "architecture), not MoE, per-layer inputs or shared KV layers")
         scope = _remat_scope(config.remat_config)
 
-        def layer_fn(remat):
-            run = nnx.remat(_layer, static_argnums=(4,), graph_updates=False) if remat else _layer
+        def layer_fn(remat, policy=None):
+            run = (nnx.remat(_layer, static_argnums=(4,), graph_updates=False, policy=policy)
+                   if remat else _layer)
             return lambda layer, x: run(layer, x, positions, segment_ids, self.attention)
 
         x = self.embedder.encode(tokens)
-        if self.blocks is not None:
-            x = layer_scan.run(self.blocks, x, layer_fn(scope == gemma4.RematConfig.DECODER),
+        if self.blocks is not None and not self.skip_scanned_blocks:
+            scanned = {None: layer_fn(True, SCANNED_SAVES),
+                       gemma4.RematConfig.DECODER: layer_fn(True),
+                       gemma4.RematConfig.BLOCK: layer_fn(False)}[scope]
+            x = layer_scan.run(self.blocks, x, scanned,
                                remat_block=scope == gemma4.RematConfig.BLOCK)
         unscanned = layer_fn(scope is not None)
         for layer in self.layers:

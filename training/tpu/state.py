@@ -86,7 +86,7 @@ def build(model, mesh, config, total_steps, dims):
     lora_shardings = sharding.lora_shardings(lora, mesh)
     opt_shapes = jax.eval_shape(optimizer.init, lora)
     opt_shardings = sharding.optimizer_shardings(optimizer, opt_shapes, lora_shardings, mesh)
-    if _is_abstract(lora):
+    if _is_abstract((lora, base)):  # no LoRA factors at all: a model without layers
         replicated = NamedSharding(mesh, P())
         lora = _abstract(lora, lora_shardings)
         opt_state = _abstract(opt_shapes, opt_shardings)

@@ -21,10 +21,10 @@ FLOPs and time are the counted ones times the accumulation steps (the
 optimizer update, a few element-wise passes over the LoRA factors, is then
 counted that many times too: a slight overestimate of the step time). The
 scan over the decoder layers' block (training/tpu/layer_scan.py) is counted
-for one repeat: the step is compiled a second time with the scanned blocks
-skipped (embedding, loss, unscanned layers, the same LoRA state and
-optimizer), the block's cost is the difference, and it is counted once per
-repeat. compile_test holds
+for one repeat: the step is compiled a second time with two repeats per loop
+iteration, the block's cost is the difference, and it is counted once per
+repeat. (Skipping the blocks instead would also drop the backward pass of
+the output projection, which no LoRA factor would then precede.) compile_test holds
 the scanned FLOPs and time so counted to the unrolled step's.
 
 Online, libtpu is this target's dependency (the train_tpu hub). Offline it
@@ -110,15 +110,15 @@ def topology_devices(topology):
                        f"{str(e).splitlines()[0]}") from e
 
 
-def lower_step(dims, config, devices, skip_scanned_blocks=False):
+def lower_step(dims, config, devices, scan_unroll=1):
     """The step `sft` runs for `config`, lowered for `devices` with abstract inputs
-    (`skip_scanned_blocks`: without running the scanned layers, for counting them)."""
+    (`scan_unroll`: repeats of the scanned block per loop iteration, for counting it)."""
     from training.tpu import sharding  # pylint: disable=import-outside-toplevel
     from training.tpu import state as state_lib  # pylint: disable=import-outside-toplevel
 
     mesh = sharding.make_mesh(config.mesh.fsdp, config.mesh.tp, devices)
     model = state_lib.abstract_model(dims, config)
-    model.skip_scanned_blocks = skip_scanned_blocks
+    model.scan_unroll = scan_unroll
     # The schedule's length does not change a shape: any step count compiles the same.
     state = state_lib.build(model, mesh, config, total_steps=1000, dims=dims)
     batch, key = state_lib.abstract_inputs(state, config)
@@ -137,10 +137,10 @@ def cost(compiled):
 _COUNTED = ("flops", "bytes accessed", "optimal_seconds")
 
 
-def _compile_costs(dims, config, devices, skip_scanned_blocks=False):
+def _compile_costs(dims, config, devices, scan_unroll=1):
     """(seconds to lower and compile, memory analysis, XLA's counted costs)."""
     started = time.time()
-    lowered = lower_step(dims, config, devices, skip_scanned_blocks)
+    lowered = lower_step(dims, config, devices, scan_unroll)
     traced = time.time()
     compiled = lowered.compile()
     seconds = time.time() - started
@@ -155,23 +155,24 @@ def _compile_costs(dims, config, devices, skip_scanned_blocks=False):
 
 def scan_trip_count(dims, config, devices, counted):
     """`counted` (one repeat of the scanned block, as XLA counts a loop) with the
-    block counted once per repeat: the block's cost is `counted` less that of the
-    same step with the scanned blocks skipped (the same LoRA state, optimizer and
-    everything else). Returns (costs, what was done, for the row)."""
+    block counted once per repeat. The step is compiled again with two repeats
+    per loop iteration (JAX unrolls an odd last repeat after the loop): the same
+    program otherwise, so the difference is the block, once or (odd repeats)
+    twice. Returns (costs, what was done, for the row)."""
     from training.tpu import layer_scan  # pylint: disable=import-outside-toplevel
     plan = layer_scan.Plan.of(dims.layer_types, config.scan_layers)
     if plan.repeats < 2:
         return counted, {"layers": plan.describe()}
-    log.info("XLA counts the scanned block once: compiling the step without running its "
-             "%d scanned layers, to count the block per repeat...", plan.scanned)
-    seconds, _, without = _compile_costs(dims, config, devices, skip_scanned_blocks=True)
-    log.info("compiled in %.0fs", seconds)
-    block = {name: counted[name] - without[name] for name in _COUNTED}
-    total = {name: without[name] + plan.repeats * block[name] for name in _COUNTED}
+    log.info("XLA counts the scanned block once: compiling the step again with two repeats "
+             "per loop iteration, to count the block per repeat...")
+    seconds, _, twice = _compile_costs(dims, config, devices, scan_unroll=2)
+    block = {name: (twice[name] - counted[name]) / (1 + plan.repeats % 2)
+             for name in _COUNTED}
+    total = {name: counted[name] + (plan.repeats - 1) * block[name] for name in _COUNTED}
     return total, {"layers": plan.describe(), "period": plan.period,
                    "repeats": plan.repeats, "block_flops": block["flops"],
-                   "counted_flops": counted["flops"], "without_scanned_flops": without["flops"],
-                   "without_scanned_compile_seconds": seconds}
+                   "counted_flops": counted["flops"], "unrolled_by_2_flops": twice["flops"],
+                   "unrolled_by_2_compile_seconds": seconds}
 
 
 def compile_step(dims, config, machine):

@@ -195,9 +195,9 @@ class Gemma4(gemma4.Gemma4):
     # the plan that maps them to layers; None until `layer_scan.stack_module`.
     blocks = None
     layer_plan = None
-    # Cost analysis only (training/tpu/aot.py): the step with the scanned blocks
-    # skipped, everything else (the LoRA state and its optimizer) as it is.
-    skip_scanned_blocks = False
+    # Repeats of the block per iteration of the scan's loop; >1 only for cost
+    # analysis (training/tpu/aot.py counts the block from two of them).
+    scan_unroll = 1
 
     def __call__(self, tokens, positions=None, cache=None, attention_mask=None,
                  decode_only_last_token=False, segment_ids=None):
@@ -224,12 +224,13 @@ class Gemma4(gemma4.Gemma4):
             return lambda layer, x: run(layer, x, positions, segment_ids, self.attention)
 
         x = self.embedder.encode(tokens)
-        if self.blocks is not None and not self.skip_scanned_blocks:
+        if self.blocks is not None:
             scanned = {None: layer_fn(True, SCANNED_SAVES),
                        gemma4.RematConfig.DECODER: layer_fn(True),
                        gemma4.RematConfig.BLOCK: layer_fn(False)}[scope]
             x = layer_scan.run(self.blocks, x, scanned,
-                               remat_block=scope == gemma4.RematConfig.BLOCK)
+                               remat_block=scope == gemma4.RematConfig.BLOCK,
+                               unroll=self.scan_unroll)
         unscanned = layer_fn(scope is not None)
         for layer in self.layers:
             x = unscanned(layer, x)

@@ -224,10 +224,11 @@ def stack_module(model, plan):
     return model
 
 
-def run(blocks, x, apply, remat_block=False):
+def run(blocks, x, apply, remat_block=False, unroll=1):
     """`apply(layer, x)` through every repeat of `blocks` (one stacked decoder layer per
-    block position), under one `lax.scan`; `remat_block`: the whole block
-    rematerialized in the backward pass (else as `apply` does)."""
+    block position), under one `lax.scan` (`unroll` repeats per iteration);
+    `remat_block`: the whole block rematerialized in the backward pass (else as
+    `apply` does)."""
     if not blocks:
         return x
     graphdefs, states = zip(*(nnx.split(block) for block in blocks))
@@ -239,5 +240,5 @@ def run(blocks, x, apply, remat_block=False):
 
     if remat_block:
         body = jax.checkpoint(body)
-    x, _ = jax.lax.scan(lambda x, sliced: (body(x, sliced), None), x, states)
+    x, _ = jax.lax.scan(lambda x, sliced: (body(x, sliced), None), x, states, unroll=unroll)
     return x

@@ -2,10 +2,8 @@
 computes what the unrolled one does (losses and LoRA gradients, every remat scope)."""
 
 import dataclasses
-import functools
 import os
 import tempfile
-from unittest import mock
 
 import grain
 import jax
@@ -121,9 +119,11 @@ class ScannedModelTest(absltest.TestCase):
         return model
 
     @classmethod
-    def loss_and_grads(cls, scan, remat=None):
-        """(loss, {per-layer factor name: gradient}) of forward.loss_sum."""
+    def loss_and_grads(cls, scan, remat=None, unroll=1):
+        """(loss, {per-layer factor name: gradient}) of forward.loss_sum; `unroll`:
+        repeats of the block per iteration of the scan's loop (True: all)."""
         model = cls.model(scan, remat)
+        model.scan_unroll = unroll
         graphdef, lora, rest = nnx.split(model, nnx.LoRAParam, ...)
         loss, grads = jax.jit(jax.value_and_grad(
             lambda lora: forward.loss_sum(nnx.merge(graphdef, lora, rest), cls.batch)))(lora)
@@ -178,9 +178,8 @@ class ScannedModelTest(absltest.TestCase):
         # (Per-layer remat on both sides: without remat the scan keeps only
         # SCANNED_SAVES and recomputes the rest, which XLA fuses differently.)
         unrolled = self.loss_and_grads(scan=False, remat="layer")
-        with mock.patch.object(jax.lax, "scan", functools.partial(jax.lax.scan, unroll=True)):
-            self.assert_close(self.loss_and_grads(scan=True, remat="layer"), exact=True,
-                              unrolled=unrolled)
+        self.assert_close(self.loss_and_grads(scan=True, remat="layer", unroll=True),
+                          exact=True, unrolled=unrolled)
 
     def test_scan_matches_unrolled_within_float32_rounding(self):
         self.assert_close(self.loss_and_grads(scan=True))

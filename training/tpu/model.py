@@ -98,6 +98,17 @@ class _FixedKeyStream(nnx.RngStream):
         return self.key[...]
 
 
+def _shape_only_rngs(*streams):
+    """Rngs for building a model under nnx.eval_shape, whose values are never used:
+    streams that do not advance. An advancing stream stores a traced counter at
+    every draw, and in this JAX each such store walks the whole trace so far
+    (Tracer.sharding builds an error message): 31B's ~1,800 draws took minutes."""
+    rngs = nnx.Rngs(**{stream: 0 for stream in streams})
+    for stream in streams:
+        setattr(rngs, stream, _FixedKeyStream(jax.random.key(0), tag=stream))
+    return rngs
+
+
 def lora_module_regex(target_modules):
     modules = gemma4_map.tunix_lora_modules(target_modules)
     return r".*\b(" + "|".join(modules) + r")$"
@@ -122,12 +133,12 @@ def abstract_model(dims, dtype, lora_config=None, scan=False):
     config = tunix_config(dims, dtype)
 
     def create():
-        model = forward.Gemma4(config, rngs=nnx.Rngs(0))
+        model = forward.Gemma4(config, rngs=_shape_only_rngs("default"))
         if lora_config is None:
             return model
         return qwix.apply_lora_to_model(model, _lora_provider(lora_config),
                                         **model.get_model_input(),
-                                        rngs=nnx.Rngs(params=0, dropout=0))
+                                        rngs=_shape_only_rngs("params", "dropout"))
 
     model = nnx.eval_shape(create)
     if lora_config is not None and lora_config.dropout > 0:

@@ -208,17 +208,15 @@ def stack_module(model, plan):
     blocks = []
     for position in range(plan.period):
         members = [model.layers[r * plan.period + position] for r in range(plan.repeats)]
-        graphdef, first = nnx.split(members[0])
         flats = [dict(nnx.to_flat_state(nnx.state(m))) for m in members]
-        for index, flat in enumerate(flats[1:], 1):
-            shapes = {p: v.get_value().shape for p, v in flat.items()}
-            if shapes != {p: v.get_value().shape for p, v in flats[0].items()}:
+        shapes = [{p: v.get_value().shape for p, v in flat.items()} for flat in flats]
+        for index, other in enumerate(shapes[1:], 1):
+            if other != shapes[0]:
                 raise LayoutError(f"layers {position} and {index * plan.period + position} "
                                   "differ in their variables: they cannot share a scan")
         stacked = {path: _stack_leaves([flat[path] for flat in flats])
                    for path in flats[0]}
-        del first
-        blocks.append(nnx.merge(graphdef, nnx.from_flat_state(stacked)))
+        blocks.append(nnx.merge(nnx.graphdef(members[0]), nnx.from_flat_state(stacked)))
     model.blocks = nnx.List(blocks)
     model.layers = nnx.List(list(model.layers)[plan.scanned:])
     return model

@@ -156,7 +156,7 @@ def _attention(attn, x, positions, segment_ids, attention):
     window = (attn.config.sliding_window_size
               if attn.attn_type == gemma4.AttentionType.LOCAL_SLIDING else None)
     encoded = attend(query, key, value, segment_ids, window, attention)
-    return attn.attn_vec_einsum(jax.ad_checkpoint.checkpoint_name(encoded, "attention"))
+    return attn.attn_vec_einsum(encoded)
 
 
 def _remat_scope(remat_config):
@@ -168,14 +168,20 @@ def _remat_scope(remat_config):
     return None
 
 
+def _kernel_outputs(primitive, *_, **__):
+    """A checkpoint policy: keep what Pallas kernels (splash attention) return."""
+    return primitive.name == "pallas_call"
+
+
 # What scanned layers without remat keep for the backward pass. A scan stores
 # every value it keeps as a loop output of all repeats, where XLA, seeing the
 # unrolled layers, fuses element-wise work (norms, up-casts) into the matmuls
 # around it instead of storing it: so the scan keeps only matmul outputs and
-# the attention output, and recomputes the element-wise work.
+# what the attention kernel returns (its output and, for splash, the softmax
+# statistics its backward pass needs, without which the backward pass would
+# run the forward kernel again), and recomputes the element-wise work.
 SCANNED_SAVES = jax.checkpoint_policies.save_from_both_policies(
-    jax.checkpoint_policies.dots_saveable,
-    jax.checkpoint_policies.save_only_these_names("attention"))
+    jax.checkpoint_policies.dots_saveable, _kernel_outputs)
 
 
 def _layer(layer, x, positions, segment_ids, attention):

@@ -3,6 +3,7 @@ computes what the unrolled one does (losses and LoRA gradients, every remat scop
 
 import dataclasses
 import os
+import re
 import tempfile
 
 import grain
@@ -180,6 +181,20 @@ class ScannedModelTest(absltest.TestCase):
         unrolled = self.loss_and_grads(scan=False, remat="layer")
         self.assert_close(self.loss_and_grads(scan=True, remat="layer", unroll=True),
                           exact=True, unrolled=unrolled)
+
+    def test_backward_pass_does_not_rerun_the_attention_kernel(self):
+        # SCANNED_SAVES keeps what splash attention returns: its backward pass
+        # then runs the backward kernel alone, as in the unrolled model.
+        model = self.model(scan=True)
+        forward.configure(model, forward.Attention("splash", block=128))
+        batch = {name: value[0] for name, value in testing.batch(
+            np.random.default_rng(0), 1, 2, 128, self.dims.vocab).items()}
+        graphdef, lora, rest = nnx.split(model, nnx.LoRAParam, ...)
+        jaxpr = str(jax.make_jaxpr(jax.grad(
+            lambda lora: forward.loss_sum(nnx.merge(graphdef, lora, rest), batch)))(lora))
+        kernels = re.findall(r"name=splash_mha_(fwd|dkv)", jaxpr)
+        # Traced once each: the block's two layers and the layer after it.
+        self.assertEqual((kernels.count("fwd"), kernels.count("dkv")), (3, 3))
 
     def test_scan_matches_unrolled_within_float32_rounding(self):
         self.assert_close(self.loss_and_grads(scan=True))

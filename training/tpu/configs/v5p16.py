@@ -1,8 +1,9 @@
 """Gemma 4 31B LoRA SFT on a v5p-16 slice: 2 hosts x 4 chips, fsdp=2 x tp=4.
 
 Launch the same command on both hosts; JAX finds its peers (`distributed.auto`).
-Packed, as v5p8.py (see there): a micro-batch of 2 packed rows (one per fsdp
-replica) x 4 accumulation steps.
+Packed, as v5p8.py (see there): a micro-batch of 4 packed rows (2 per fsdp
+replica) x 2 accumulation steps, the same 8 rows per optimizer step. Unrolled,
+as v5p8.py; this machine compiles its 60 layers only scanned (README).
 """
 
 from training.tpu.configs import v5p8

@@ -3,7 +3,8 @@
 Launch the same command on both hosts; JAX finds its peers (`distributed.auto`).
 Packed, as v5p8.py (see there): a micro-batch of 4 packed rows (2 per fsdp
 replica) x 2 accumulation steps, the same 8 rows per optimizer step. Unrolled,
-as v5p8.py; this machine compiles its 60 layers only scanned (README).
+as v5p8.py; a 24 GiB host compiles its 60 layers for //training/tpu:compile
+only scanned (README).
 """
 
 from training.tpu.configs import v5p8

@@ -10,6 +10,10 @@ Runtimes:
   image   inside our serving images (//serving:tpu_image, :gpu_image): vLLM is
           installed beside this program, so this interpreter runs it.
 
+Every runtime serves the model's own chat template after a prelude that
+gives it text-only contents as strings (serving/chat_template.py: vLLM would
+hand Gemma 4's template a system prompt as a list of parts, which it prints).
+
 The server runs in its own process group; its log streams to our stdout and
 into a log file. Every wait has a timeout, and a server that exits during
 start-up is reported with the end of its log.
@@ -37,6 +41,7 @@ from common import cli
 from common import config_cli
 from common import repo
 from common import storage
+from serving import chat_template
 from serving import server_config
 from training.formats import adapter as adapter_lib
 from training.formats import base_model
@@ -59,10 +64,13 @@ def serve_python(config):
     return python
 
 
-def command(config, model, adapters, host, port, served_model_name=None, with_key=False):
+def command(config, model, adapters, host, port, served_model_name=None, with_key=False,
+            chat_template=None):
     """(argv, extra environment) that start the server for `config`; `with_key`:
-    the server gets VLLM_API_KEY from the environment it starts in (vllm_env)."""
-    args = server_config.vllm_args(config, model, adapters, host, port, served_model_name)
+    the server gets VLLM_API_KEY from the environment it starts in (vllm_env);
+    `chat_template`: the template file to serve with (serving/chat_template.py)."""
+    args = server_config.vllm_args(config, model, adapters, host, port, served_model_name,
+                                   chat_template)
     env = {k: str(v) for k, v in config.env.items()}
     if config.runtime == "venv":
         return [serve_python(config), "-m", _API_MODULE, *args], env
@@ -71,13 +79,15 @@ def command(config, model, adapters, host, port, served_model_name=None, with_ke
     if config.runtime == "docker":
         if not config.image:
             raise server_config.ConfigError("runtime docker needs config.image")
-        return docker_command(config, model, adapters, args, env, with_key), {}
+        return docker_command(config, model, adapters, args, env, with_key,
+                              chat_template), {}
     raise server_config.ConfigError(f"unknown runtime {config.runtime!r} (venv, docker or image)")
 
 
-def docker_command(config, model, adapters, args, env, with_key=False):
+def docker_command(config, model, adapters, args, env, with_key=False, chat_template=None):
     """`docker run` of config.image: host network, the accelerators, the model and
-    adapter directories read-only at their own paths, the host's Hugging Face
+    adapter directories and the chat template file read-only at their own
+    paths, the host's Hugging Face
     cache (config.hf_cache, created if missing) as the container's HF_HOME, and
     HF_TOKEN (and VLLM_API_KEY, `with_key`) passed by name (their values never
     appear in the command); then
@@ -87,6 +97,8 @@ def docker_command(config, model, adapters, args, env, with_key=False):
     for path in [model, *adapters.values()]:
         if os.path.isdir(path):
             mounts += ["-v", f"{os.path.abspath(path)}:{os.path.abspath(path)}:ro"]
+    if chat_template:
+        mounts += ["-v", f"{os.path.abspath(chat_template)}:{os.path.abspath(chat_template)}:ro"]
     if config.hf_cache:
         cache = os.path.abspath(os.path.expanduser(config.hf_cache))
         os.makedirs(cache, exist_ok=True)
@@ -340,9 +352,17 @@ def launch(config, model, adapters, host, port, run_dir, served_model_name=None,
     check_processor(model, hf_config)
     os.makedirs(run_dir, exist_ok=True)
     served = vllm_adapters(hf_config, adapters, run_dir)
-    argv, env = command(config, model, served, host, port, served_model_name, bool(key))
+    template, template_source = chat_template.write(model, run_dir)
+    if not template:
+        print(f"warning: serving with the template vLLM loads ({template_source}): a system "
+              "prompt may reach Gemma 4's template as a list of parts "
+              "(serving/chat_template.py)", flush=True)
+    argv, env = command(config, model, served, host, port, served_model_name, bool(key),
+                        template)
     record = {"machine": config.machine, "model": model, "adapters": adapters,
               "served_adapters": served,
+              # The template file served, and where the model's came from (or why none).
+              "chat_template": template, "chat_template_source": template_source,
               "base_url": f"http://{host}:{port}", "command": printable(argv, env),
               "api_key_env": config.api_key_env if key else None,
               "settings": config.to_dict(),

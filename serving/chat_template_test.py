@@ -3,6 +3,7 @@ OpenAI text parts (as vLLM hands them to Gemma 4's template), what Gemma 4's
 own template renders with the contents as strings; tested with transformers'
 renderer, the one vLLM calls."""
 
+import contextlib
 import copy
 import json
 import os
@@ -83,7 +84,9 @@ class ChatTemplateTest(absltest.TestCase):
         tmp = self.create_tempdir().full_path
         model = os.path.join(tmp, "model")
         self.tokenizer.save_pretrained(model)
-        path, source = chat_template.write(model, os.path.join(tmp, "run"))
+        with contextlib.chdir(tmp):  # a relative run directory
+            path, source = chat_template.write(model, "run")
+        self.assertEqual(path, os.path.join(tmp, "run", chat_template.FILE_NAME))
         self.assertEqual(source, os.path.join(model, chat_template.FILE_NAME))
         with open(path) as f:
             self.assertEqual(f.read(), self.served)

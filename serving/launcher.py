@@ -94,11 +94,9 @@ def docker_command(config, model, adapters, args, env, with_key=False, chat_temp
     config.image_command (what the image's ENTRYPOINT needs to start `vllm
     serve`, server_config.IMAGE_COMMANDS) and vLLM's arguments."""
     mounts = []
-    for path in [model, *adapters.values()]:
-        if os.path.isdir(path):
-            mounts += ["-v", f"{os.path.abspath(path)}:{os.path.abspath(path)}:ro"]
-    if chat_template:
-        mounts += ["-v", f"{os.path.abspath(chat_template)}:{os.path.abspath(chat_template)}:ro"]
+    served = [path for path in [model, *adapters.values()] if os.path.isdir(path)]
+    for path in served + ([chat_template] if chat_template else []):
+        mounts += ["-v", f"{os.path.abspath(path)}:{os.path.abspath(path)}:ro"]
     if config.hf_cache:
         cache = os.path.abspath(os.path.expanduser(config.hf_cache))
         os.makedirs(cache, exist_ok=True)

@@ -146,17 +146,31 @@ def _attention(attn, x, positions, segment_ids, attention):
                              base_frequency=attn.rope_base_frequency,
                              scale_factor=attn.rope_scale_factor,
                              rope_proportion=attn.rope_proportion)
-    query = rope(attn._query_norm(attn.q_einsum(x)))  # pylint: disable=protected-access
+    query = rope(attn._query_norm(_projected(attn.q_einsum(x))))  # pylint: disable=protected-access
     if hasattr(attn, "k_einsum"):  # K = V global layers: one projection for both
-        key = value = attn.k_einsum(x)
+        key = value = _projected(attn.k_einsum(x))
     else:
-        key, value = attn.kv_einsum(x)
+        key, value = _projected(attn.kv_einsum(x))
     value = value * jax.lax.rsqrt(jnp.mean(jnp.square(value), axis=-1, keepdims=True) + 1e-6)
     key = rope(attn._key_norm(key))  # pylint: disable=protected-access
     window = (attn.config.sliding_window_size
               if attn.attn_type == gemma4.AttentionType.LOCAL_SLIDING else None)
     encoded = attend(query, key, value, segment_ids, window, attention)
-    return attn.attn_vec_einsum(encoded)
+    return _projected(attn.attn_vec_einsum(encoded))
+
+
+def _feed_forward(mlp, x):
+    """Tunix's `FeedForward` with each projection's output named (`_projected`);
+    Tunix's own call where its block remat applies."""
+    if _remat_scope(mlp.config.remat_config) == gemma4.RematConfig.BLOCK:
+        return mlp(x)
+    hidden = nnx.gelu(_projected(mlp.gate_proj(x))) * _projected(mlp.up_proj(x))
+    return _projected(mlp.down_proj(hidden))
+
+
+def _projected(y):
+    """Names a projection's output, LoRA's term included, for `SCANNED_SAVES`."""
+    return jax.ad_checkpoint.checkpoint_name(y, "projected")
 
 
 def _remat_scope(remat_config):
@@ -176,12 +190,13 @@ def _kernel_outputs(primitive, *_, **__):
 # What scanned layers without remat keep for the backward pass. A scan stores
 # every value it keeps as a loop output of all repeats, where XLA, seeing the
 # unrolled layers, fuses element-wise work (norms, up-casts) into the matmuls
-# around it instead of storing it: so the scan keeps only matmul outputs and
-# what the attention kernel returns (its output and, for splash, the softmax
-# statistics its backward pass needs, without which the backward pass would
-# run the forward kernel again), and recomputes the element-wise work.
+# around it instead of storing it: so the scan keeps only each projection's
+# output (one array: the base matmul plus LoRA's term, not each matmul's
+# output) and what the attention kernel returns (its output and, for splash,
+# the softmax statistics its backward pass needs, without which the backward
+# pass would run the forward kernel again), and recomputes the rest.
 SCANNED_SAVES = jax.checkpoint_policies.save_from_both_policies(
-    jax.checkpoint_policies.dots_saveable, _kernel_outputs)
+    jax.checkpoint_policies.save_only_these_names("projected"), _kernel_outputs)
 
 
 def _layer(layer, x, positions, segment_ids, attention):
@@ -189,7 +204,7 @@ def _layer(layer, x, positions, segment_ids, attention):
     attended = layer.post_attention_norm(
         _attention(layer.attn, layer.pre_attention_norm(x), positions, segment_ids, attention))
     x = x + attended
-    x = x + layer.post_ffw_norm(layer.mlp(layer.pre_ffw_norm(x)))
+    x = x + layer.post_ffw_norm(_feed_forward(layer.mlp, layer.pre_ffw_norm(x)))
     return x * layer.skip_scale.value
 
 

@@ -91,10 +91,10 @@ def _dense(q, k, v, segment_ids, window, attention):
     batch, length, heads, head_dim = q.shape
     kv_heads = k.shape[2]
     grouped = q.reshape(batch, length, kv_heads, heads // kv_heads, head_dim)
-    logits = jnp.einsum("btkgh,bskh->btkgs", grouped, k)
+    logits = _kept(jnp.einsum("btkgh,bskh->btkgs", grouped, k))
     mask = segment_mask(segment_ids, window)[:, :, None, None, :]
     probs = jax.nn.softmax(jnp.where(mask, logits, _MASKED).astype(jnp.float32), axis=-1)
-    encoded = jnp.einsum("btkgs,bskh->btkgh", probs.astype(v.dtype), v)
+    encoded = _kept(jnp.einsum("btkgs,bskh->btkgh", probs.astype(v.dtype), v))
     return encoded.reshape(batch, length, heads, head_dim)
 
 
@@ -146,31 +146,32 @@ def _attention(attn, x, positions, segment_ids, attention):
                              base_frequency=attn.rope_base_frequency,
                              scale_factor=attn.rope_scale_factor,
                              rope_proportion=attn.rope_proportion)
-    query = rope(attn._query_norm(_projected(attn.q_einsum(x))))  # pylint: disable=protected-access
+    query = rope(attn._query_norm(_kept(attn.q_einsum(x))))  # pylint: disable=protected-access
     if hasattr(attn, "k_einsum"):  # K = V global layers: one projection for both
-        key = value = _projected(attn.k_einsum(x))
+        key = value = _kept(attn.k_einsum(x))
     else:
-        key, value = _projected(attn.kv_einsum(x))
+        key, value = _kept(attn.kv_einsum(x))
     value = value * jax.lax.rsqrt(jnp.mean(jnp.square(value), axis=-1, keepdims=True) + 1e-6)
     key = rope(attn._key_norm(key))  # pylint: disable=protected-access
     window = (attn.config.sliding_window_size
               if attn.attn_type == gemma4.AttentionType.LOCAL_SLIDING else None)
     encoded = attend(query, key, value, segment_ids, window, attention)
-    return _projected(attn.attn_vec_einsum(encoded))
+    return _kept(attn.attn_vec_einsum(encoded))
 
 
 def _feed_forward(mlp, x):
-    """Tunix's `FeedForward` with each projection's output named (`_projected`);
+    """Tunix's `FeedForward` with each projection's output named (`_kept`);
     Tunix's own call where its block remat applies."""
     if _remat_scope(mlp.config.remat_config) == gemma4.RematConfig.BLOCK:
         return mlp(x)
-    hidden = nnx.gelu(_projected(mlp.gate_proj(x))) * _projected(mlp.up_proj(x))
-    return _projected(mlp.down_proj(hidden))
+    hidden = nnx.gelu(_kept(mlp.gate_proj(x))) * _kept(mlp.up_proj(x))
+    return _kept(mlp.down_proj(hidden))
 
 
-def _projected(y):
-    """Names a projection's output, LoRA's term included, for `SCANNED_SAVES`."""
-    return jax.ad_checkpoint.checkpoint_name(y, "projected")
+def _kept(y):
+    """Names a matmul's output that `SCANNED_SAVES` keeps: a projection's (LoRA's
+    term included) or dense attention's."""
+    return jax.ad_checkpoint.checkpoint_name(y, "kept")
 
 
 def _remat_scope(remat_config):
@@ -192,11 +193,12 @@ def _kernel_outputs(primitive, *_, **__):
 # unrolled layers, fuses element-wise work (norms, up-casts) into the matmuls
 # around it instead of storing it: so the scan keeps only each projection's
 # output (one array: the base matmul plus LoRA's term, not each matmul's
-# output) and what the attention kernel returns (its output and, for splash,
-# the softmax statistics its backward pass needs, without which the backward
-# pass would run the forward kernel again), and recomputes the rest.
+# output) and what attention returns (dense: its logits and output; splash:
+# its output and the softmax statistics its backward pass needs, without
+# which the backward pass would run the forward kernel again), and recomputes
+# the rest.
 SCANNED_SAVES = jax.checkpoint_policies.save_from_both_policies(
-    jax.checkpoint_policies.save_only_these_names("projected"), _kernel_outputs)
+    jax.checkpoint_policies.save_only_these_names("kept"), _kernel_outputs)
 
 
 def _layer(layer, x, positions, segment_ids, attention):

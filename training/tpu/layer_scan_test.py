@@ -198,10 +198,10 @@ class ScannedModelTest(absltest.TestCase):
 
     def test_scan_keeps_one_array_per_projection(self):
         # Without remat, what the backward pass reads from the forward loop: per
-        # layer of the block, its input and each projection's output (q, kv or k,
-        # o, gate, up, down), base and LoRA's term summed into one array, stacked
-        # over 3 repeats. (Every matmul's output, dots_saveable, is 37 arrays here:
-        # base, LoRA's two products, and dense attention's.)
+        # layer of the block, its input, each projection's output (q, kv or k, o,
+        # gate, up, down), base and LoRA's term summed into one array, and dense
+        # attention's logits and output, stacked over 3 repeats. (Every matmul's
+        # output, dots_saveable, is 37 arrays here: LoRA's two products apart.)
         model = self.model(scan=True)
         graphdef, lora, rest = nnx.split(model, nnx.LoRAParam, ...)
         _, backward = jax.vjp(
@@ -209,7 +209,7 @@ class ScannedModelTest(absltest.TestCase):
         rows = self.batch["input_ids"].shape
         kept = [x.shape for x in jax.tree.leaves(backward)
                 if x.shape[:1] == (3,) and rows in (x.shape[1:3], x.shape[2:4])]
-        self.assertLen(kept, 2 * 7, kept)
+        self.assertLen(kept, 2 * 9, kept)
 
     def test_scan_matches_unrolled_within_float32_rounding(self):
         self.assert_close(self.loss_and_grads(scan=True))

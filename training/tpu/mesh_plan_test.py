@@ -63,6 +63,18 @@ class MeshPlanTest(absltest.TestCase):
         # Splash keeps no T x T scores: one fp32 [T, T] per 8 local heads per layer.
         self.assertAlmostEqual(without_remat["activations"] - splash["activations"],
                                60 * 3072 * 3072 * 8 * 4, delta=1)
+        scanned = mesh_plan.hbm_estimate(
+            GEMMA4_31B, mesh_plan.Mesh(1, 4), seq_len=3072, micro_batch=1, base_bytes=2,
+            lora_rank=64, tunix_modules=TARGETS, remat=False, attention="splash", scanned=True)
+        # The scan keeps per token, in bf16 (tp=4): a sliding layer's input, o and
+        # down (3 x 5376), q and the attention output (2 x 32 x 256 / 4), k and v
+        # (2 x 16 x 256 / 4), gate and up (2 x 21504 / 4): 33,024 values; a global
+        # layer's the same with 512-wide heads and one K = V projection of 4 heads:
+        # 35,584. 50 sliding and 10 global layers over 3072 tokens, and the logits:
+        kept = (50 * 33_024 + 10 * 35_584) * 3072 * 2
+        logits = mesh_plan.LOGIT_BYTES * 3072 * 262144 / 4
+        self.assertAlmostEqual(scanned["activations"], kept + logits, delta=1)
+        self.assertLess(scanned["activations"], splash["activations"])
         self.assertEqual(parts["gathered_weights"], 0)
         two_hosts = mesh_plan.hbm_estimate(
             GEMMA4_31B, mesh_plan.Mesh(2, 4), seq_len=3072, micro_batch=2, base_bytes=2,

@@ -220,6 +220,8 @@ def row(dims, config, machine, measured, *, non_padding_fraction, trained_fracti
         dims, seq_len, config.lora.rank, modules, remat=remat,
         dense_attention=attention == "dense")
     kernels = analytic_kernels(dims, config, machine)
+    scan = measured["scan"]  # period and repeats when a block was scanned
+    scanned_layers = scan.get("period", 0) * scan.get("repeats", 0)
     # XLA gives a negative time when ops it cannot cost are left in the step.
     step_seconds = (measured["optimal_seconds"] + sum(k["seconds"] for k in kernels)
                     if measured["optimal_seconds"] > 0 else 0.0)
@@ -236,7 +238,7 @@ def row(dims, config, machine, measured, *, non_padding_fraction, trained_fracti
         "per_chip_bytes": per_chip, "hbm_bytes": hbm,
         "hbm_fraction": per_chip / hbm if hbm else None, "fits": per_chip <= HBM_LIMIT * hbm,
         "memory": memory,
-        "planner_bytes": mesh_plan.config_estimate(dims, config)["total"],
+        "planner_bytes": mesh_plan.config_estimate(dims, config, scanned_layers)["total"],
         "xla_flops": measured["xla_flops"],
         "expected_compiled_flops": compiled_per_token * positions,
         "xla_optimal_seconds": measured["optimal_seconds"],

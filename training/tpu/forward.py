@@ -169,7 +169,7 @@ def _feed_forward(mlp, x):
 
 
 def _kept(y):
-    """Names a matmul's output that `SCANNED_SAVES` keeps: a projection's (LoRA's
+    """Names a matmul's output that `scanned_saves` keeps: a projection's (LoRA's
     term included) or dense attention's."""
     return jax.ad_checkpoint.checkpoint_name(y, "kept")
 
@@ -188,17 +188,45 @@ def _kernel_outputs(primitive, *_, **__):
     return primitive.name == "pallas_call"
 
 
+def _lora_first_products(rank):
+    """A checkpoint policy: keep LoRA's first product, x @ A (a matmul by an operand
+    whose only dim left after the contraction is the rank): a small array that B's
+    gradient needs, which the backward pass would otherwise compute again."""
+    def policy(primitive, *operands, **params):
+        if primitive.name != "dot_general":
+            return False
+        contracting, batch = params["dimension_numbers"]
+        return any(not batched and tuple(
+            d for i, d in enumerate(x.shape) if i not in contracted) == (rank,)
+            for x, contracted, batched in zip(operands, contracting, batch))
+    return policy
+
+
 # What scanned layers without remat keep for the backward pass. A scan stores
 # every value it keeps as a loop output of all repeats, where XLA, seeing the
 # unrolled layers, fuses element-wise work (norms, up-casts) into the matmuls
 # around it instead of storing it: so the scan keeps only each projection's
 # output (one array: the base matmul plus LoRA's term, not each matmul's
-# output) and what attention returns (dense: its logits and output; splash:
-# its output and the softmax statistics its backward pass needs, without
-# which the backward pass would run the forward kernel again), and recomputes
-# the rest.
-SCANNED_SAVES = jax.checkpoint_policies.save_from_both_policies(
-    jax.checkpoint_policies.save_only_these_names("kept"), _kernel_outputs)
+# output), LoRA's first product x @ A (rank wide: recomputing it would cost a
+# matmul as long as the projection's contraction), and what attention returns
+# (dense: its logits and output; splash: its output and the softmax statistics
+# its backward pass needs, without which the backward pass would run the
+# forward kernel again), and recomputes the rest.
+def scanned_saves(lora_rank):
+    """What scanned layers without remat keep (the comment above), as a policy."""
+    policies = [jax.checkpoint_policies.save_only_these_names("kept"), _kernel_outputs]
+    if lora_rank:
+        policies.append(_lora_first_products(lora_rank))
+    return functools.reduce(jax.checkpoint_policies.save_from_both_policies, policies)
+
+
+def _lora_rank(model):
+    """The rank of `model`'s LoRA factors (the last dim of any `*_lora_a`); None
+    without LoRA."""
+    for path, factor in nnx.to_flat_state(nnx.state(model, nnx.LoRAParam)):
+        if str(path[-1]).endswith("_lora_a"):
+            return factor.get_value().shape[-1]
+    return None
 
 
 def _layer(layer, x, positions, segment_ids, attention):
@@ -248,7 +276,7 @@ class Gemma4(gemma4.Gemma4):
 
         x = self.embedder.encode(tokens)
         if self.blocks is not None:
-            scanned = {None: layer_fn(True, SCANNED_SAVES),
+            scanned = {None: layer_fn(True, scanned_saves(_lora_rank(self))),
                        gemma4.RematConfig.DECODER: layer_fn(True),
                        gemma4.RematConfig.BLOCK: layer_fn(False)}[scope]
             x = layer_scan.run(self.blocks, x, scanned,

@@ -177,13 +177,13 @@ class ScannedModelTest(absltest.TestCase):
     def test_scan_unrolled_by_xla_is_bit_exact(self):
         # The same computation: only XLA's compilation of the loop body differs.
         # (Per-layer remat on both sides: without remat the scan keeps only
-        # SCANNED_SAVES and recomputes the rest, which XLA fuses differently.)
+        # `forward.scanned_saves` and recomputes the rest, which XLA fuses differently.)
         unrolled = self.loss_and_grads(scan=False, remat="layer")
         self.assert_close(self.loss_and_grads(scan=True, remat="layer", unroll=True),
                           exact=True, unrolled=unrolled)
 
     def test_backward_pass_does_not_rerun_the_attention_kernel(self):
-        # SCANNED_SAVES keeps what splash attention returns: its backward pass
+        # `forward.scanned_saves` keeps what splash attention returns: its backward pass
         # then runs the backward kernel alone, as in the unrolled model.
         model = self.model(scan=True)
         forward.configure(model, forward.Attention("splash", block=128))
@@ -199,9 +199,10 @@ class ScannedModelTest(absltest.TestCase):
     def test_scan_keeps_one_array_per_projection(self):
         # Without remat, what the backward pass reads from the forward loop: per
         # layer of the block, its input, each projection's output (q, kv or k, o,
-        # gate, up, down), base and LoRA's term summed into one array, and dense
-        # attention's logits and output, stacked over 3 repeats. (Every matmul's
-        # output, dots_saveable, is 37 arrays here: LoRA's two products apart.)
+        # gate, up, down), base and LoRA's term summed into one array, dense
+        # attention's logits and output, and each projection's x @ A (rank 8),
+        # stacked over 3 repeats: 9 + 6 per layer. (Every matmul's output,
+        # dots_saveable, is 37 arrays here: LoRA's two products apart.)
         model = self.model(scan=True)
         graphdef, lora, rest = nnx.split(model, nnx.LoRAParam, ...)
         _, backward = jax.vjp(
@@ -209,7 +210,7 @@ class ScannedModelTest(absltest.TestCase):
         rows = self.batch["input_ids"].shape
         kept = [x.shape for x in jax.tree.leaves(backward)
                 if x.shape[:1] == (3,) and rows in (x.shape[1:3], x.shape[2:4])]
-        self.assertLen(kept, 2 * 9, kept)
+        self.assertLen(kept, 2 * (9 + 6), kept)
 
     def test_scan_matches_unrolled_within_float32_rounding(self):
         self.assert_close(self.loss_and_grads(scan=True))

@@ -104,22 +104,26 @@ LOGIT_BYTES = 3  # per [token, vocab / tp] entry: between bf16 logits and an fp3
 GATHERED_COPIES = 3
 
 
-def _scanned_kept(dims, tokens, tp, base_bytes, scores):
-    """Bytes the layers keep for the backward pass when scanned without remat
-    (`forward.SCANNED_SAVES`): each layer's input, each projection's output (q,
+def _scanned_kept(dims, layers, tokens, tp, base_bytes, scores, lora_rank, tunix_modules):
+    """Bytes `layers` keep for the backward pass when scanned without remat
+    (`forward.scanned_saves`): each layer's input, each projection's output (q,
     kv or k, o, gate, up, down; heads and the MLP hidden size split over tp),
-    and what attention returns: its output, plus dense attention's scores."""
+    what attention returns (its output, plus dense attention's scores) and each
+    LoRA projection's x @ A (rank wide, not split)."""
     kept = 0
-    for layer in range(dims.num_layers):
+    for layer in layers:
         attn = dims.attention(layer)
         query = dims.heads * attn.head_dim / tp
         key_value = (1 if attn.k_eq_v else 2) * attn.kv_heads * attn.head_dim / tp
-        kept += (3 * dims.embed + 2 * query + key_value + 2 * dims.mlp / tp) * tokens * base_bytes
-    return kept + dims.num_layers * scores
+        absent = "kv_einsum" if attn.k_eq_v else "k_einsum"
+        lora = lora_rank * sum(module != absent for module in tunix_modules)
+        kept += (3 * dims.embed + 2 * query + key_value + 2 * dims.mlp / tp + lora
+                 ) * tokens * base_bytes
+    return kept + len(layers) * scores
 
 
 def hbm_estimate(dims, mesh, *, seq_len, micro_batch, base_bytes, lora_rank, tunix_modules,
-                 remat=True, attention="dense", scanned=False):
+                 remat=True, attention="dense", scanned_layers=0):
     """Bytes per chip by component: base weights, LoRA, optimizer state, activations.
 
     A planning figure, checked against XLA's own buffer assignment for the
@@ -129,8 +133,9 @@ def hbm_estimate(dims, mesh, *, seq_len, micro_batch, base_bytes, lora_rank, tun
     A layer's backward pass needs `STREAM_TENSORS` fp32 D-wide tensors,
     `MLP_TENSORS` MLP hidden tensors and, with dense attention, one fp32 copy
     of its T x T scores (heads split over tp; splash attention keeps none).
-    Without remat every layer keeps that (`scanned`: what the scan's loop
-    keeps instead, `_scanned_kept`); with remat every layer keeps only its
+    Without remat every layer keeps that (the first `scanned_layers`, run by
+    the scan's loop: what it keeps instead, `_scanned_kept`); with remat every
+    layer keeps only its
     input and one layer at a time is recomputed. The output projection
     adds `LOGIT_BYTES` per logit. With fsdp > 1, weights are all-gathered
     before use: `GATHERED_COPIES` of the embedding and one layer, split over tp.
@@ -143,10 +148,10 @@ def hbm_estimate(dims, mesh, *, seq_len, micro_batch, base_bytes, lora_rank, tun
              + MLP_TENSORS * tokens * dims.mlp * base_bytes / mesh.tp + scores)
     if remat:
         activations = dims.num_layers * tokens * dims.embed * base_bytes + layer
-    elif scanned:
-        activations = _scanned_kept(dims, tokens, mesh.tp, base_bytes, scores)
     else:
-        activations = dims.num_layers * layer
+        activations = (_scanned_kept(dims, range(scanned_layers), tokens, mesh.tp, base_bytes,
+                                     scores, lora_rank, tunix_modules)
+                       + (dims.num_layers - scanned_layers) * layer)
     logits = LOGIT_BYTES * tokens * dims.vocab / mesh.tp
     one_layer = (parameter_count(dims) - dims.vocab * dims.embed) / dims.num_layers
     gathered = (GATHERED_COPIES * (dims.vocab * dims.embed + one_layer) * base_bytes / mesh.tp
@@ -163,16 +168,17 @@ def hbm_estimate(dims, mesh, *, seq_len, micro_batch, base_bytes, lora_rank, tun
     return parts
 
 
-def config_estimate(dims, config):
-    """hbm_estimate for a TPU training config: its mesh, batch, dtype, LoRA, remat,
-    attention kernel and layer layout."""
+def config_estimate(dims, config, scanned_layers=0):
+    """hbm_estimate for a TPU training config (its mesh, batch, dtype, LoRA, remat
+    and attention kernel) whose first `scanned_layers` run scanned
+    (`layer_scan.Plan.scanned`)."""
     _, micro_batch, seq_len = batch_shape(config)
     return hbm_estimate(
         dims, Mesh.from_config(config), seq_len=seq_len, micro_batch=micro_batch,
         base_bytes=BYTES[config.model.dtype], lora_rank=config.lora.rank,
         tunix_modules=gemma4_map.tunix_lora_modules(config.lora.target_modules),
         remat=bool(config.remat), attention=config.attention.kernel,
-        scanned=config.scan_layers)
+        scanned_layers=scanned_layers)
 
 
 def format_estimate(parts, hbm_bytes=None):

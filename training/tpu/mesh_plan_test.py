@@ -65,15 +65,25 @@ class MeshPlanTest(absltest.TestCase):
                                60 * 3072 * 3072 * 8 * 4, delta=1)
         scanned = mesh_plan.hbm_estimate(
             GEMMA4_31B, mesh_plan.Mesh(1, 4), seq_len=3072, micro_batch=1, base_bytes=2,
-            lora_rank=64, tunix_modules=TARGETS, remat=False, attention="splash", scanned=True)
+            lora_rank=64, tunix_modules=TARGETS, remat=False, attention="splash", scanned_layers=60)
         # The scan keeps per token, in bf16 (tp=4): a sliding layer's input, o and
         # down (3 x 5376), q and the attention output (2 x 32 x 256 / 4), k and v
-        # (2 x 16 x 256 / 4), gate and up (2 x 21504 / 4): 33,024 values; a global
-        # layer's the same with 512-wide heads and one K = V projection of 4 heads:
-        # 35,584. 50 sliding and 10 global layers over 3072 tokens, and the logits:
-        kept = (50 * 33_024 + 10 * 35_584) * 3072 * 2
+        # (2 x 16 x 256 / 4), gate and up (2 x 21504 / 4), and x @ A of its 6 LoRA
+        # projections (6 x 64): 33,408 values; a global layer's the same with
+        # 512-wide heads and one K = V projection of 4 heads: 35,968. 50 sliding
+        # and 10 global layers over 3072 tokens, and the logits:
+        kept = (50 * 33_408 + 10 * 35_968) * 3072 * 2
         logits = mesh_plan.LOGIT_BYTES * 3072 * 262144 / 4
         self.assertAlmostEqual(scanned["activations"], kept + logits, delta=1)
+        # Half scanned (a block that does not repeat to the end): the rest keep
+        # what unscanned layers keep.
+        half = mesh_plan.hbm_estimate(
+            GEMMA4_31B, mesh_plan.Mesh(1, 4), seq_len=3072, micro_batch=1, base_bytes=2,
+            lora_rank=64, tunix_modules=TARGETS, remat=False, attention="splash",
+            scanned_layers=30)
+        unscanned_layer = (splash["activations"] - logits) / 60
+        self.assertAlmostEqual(half["activations"], (25 * 33_408 + 5 * 35_968) * 3072 * 2
+                               + 30 * unscanned_layer + logits, delta=1)
         self.assertLess(scanned["activations"], splash["activations"])
         self.assertEqual(parts["gathered_weights"], 0)
         two_hosts = mesh_plan.hbm_estimate(

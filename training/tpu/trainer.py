@@ -27,6 +27,7 @@ from training.formats import base_model
 from training.formats import gemma4_map
 from training.formats import orbax_lora
 from training.tpu import checkpoints as checkpoints_lib
+from training.tpu import layer_scan
 from training.tpu import mesh_plan
 from training.tpu import model as model_lib
 from training.tpu import optimizer as optimizer_lib
@@ -138,7 +139,8 @@ def plan(dims, config, machine, num_devices):
     mesh = mesh_plan.Mesh.from_config(config)
     accumulation, micro_batch, _ = mesh_plan.batch_shape(config)
     mesh_plan.check(mesh, dims, num_devices, micro_batch)
-    estimate = mesh_plan.config_estimate(dims, config)
+    estimate = mesh_plan.config_estimate(
+        dims, config, layer_scan.Plan.of(dims.layer_types, config.scan_layers).scanned)
     hbm = machine.hbm_bytes_per_chip
     log.info("mesh (fsdp=%d, tp=%d), micro-batch %d x %d accumulation steps; HBM estimate "
              "per chip:\n%s", mesh.fsdp, mesh.tp, micro_batch, accumulation,

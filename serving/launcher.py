@@ -68,7 +68,7 @@ def command(config, model, adapters, host, port, served_model_name=None, with_ke
             chat_template=None):
     """(argv, extra environment) that start the server for `config`; `with_key`:
     the server gets VLLM_API_KEY from the environment it starts in (vllm_env);
-    `chat_template`: the template file to serve with (serving/chat_template.py)."""
+    `chat_template`: the template file to serve with (`served_template`)."""
     args = server_config.vllm_args(config, model, adapters, host, port, served_model_name,
                                    chat_template)
     env = {k: str(v) for k, v in config.env.items()}
@@ -335,6 +335,21 @@ def check_processor(model, hf_config):
             "base checkpoint's into it")
 
 
+def served_template(config, model, run_dir):
+    """(the template file to serve with and mount, where it came from): ours
+    (serving/chat_template.py, written to run_dir) unless config.extra_args
+    names one; the file named there is mounted into a container as ours is."""
+    own = server_config.own_chat_template(config)
+    if own is not None:
+        return (own if os.path.isfile(own) else None), "config.extra_args"
+    template, source = chat_template.write(model, run_dir)
+    if not template:
+        print(f"warning: serving with the template vLLM loads ({source}): a system prompt "
+              "may reach Gemma 4's template as a list of parts (serving/chat_template.py)",
+              flush=True)
+    return template, source
+
+
 def launch(config, model, adapters, host, port, run_dir, served_model_name=None, echo=True,
            allow_no_key=False):
     """Starts the server, records what runs (run_dir/server.json), waits until it answers.
@@ -350,11 +365,7 @@ def launch(config, model, adapters, host, port, run_dir, served_model_name=None,
     check_processor(model, hf_config)
     os.makedirs(run_dir, exist_ok=True)
     served = vllm_adapters(hf_config, adapters, run_dir)
-    template, template_source = chat_template.write(model, run_dir)
-    if not template:
-        print(f"warning: serving with the template vLLM loads ({template_source}): a system "
-              "prompt may reach Gemma 4's template as a list of parts "
-              "(serving/chat_template.py)", flush=True)
+    template, template_source = served_template(config, model, run_dir)
     argv, env = command(config, model, served, host, port, served_model_name, bool(key),
                         template)
     record = {"machine": config.machine, "model": model, "adapters": adapters,

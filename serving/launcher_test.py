@@ -121,6 +121,30 @@ class CommandTest(absltest.TestCase):
         self.assertNotIn(template, args)
         self.assertEqual(args[-1], "--chat-template=/mine.jinja")
 
+    def test_a_template_the_user_names_is_not_written_and_is_mounted(self):
+        tmp = self.create_tempdir().full_path
+        mine = self.create_tempfile("mine.jinja", content="{{ messages }}").full_path
+        run_dir = os.path.join(tmp, "run")
+        config = h100x2.get_config()
+        config.hf_cache = os.path.join(tmp, "hf")
+        config.extra_args = ("--chat_template", mine)
+        self.assertEqual(server_config.own_chat_template(config), mine)
+        # Not ours: the model is not read, nothing is written to the run.
+        self.assertEqual(launcher.served_template(config, os.path.join(tmp, "none"), run_dir),
+                         (mine, "config.extra_args"))
+        self.assertFalse(os.path.exists(run_dir))
+        argv, _ = launcher.command(config, "google/gemma-4-31B-it", {}, "0.0.0.0", 8000,
+                                   chat_template=mine)
+        self.assertIn(f"{mine}:{mine}:ro", argv)
+        self.assertEqual(argv[-2:], ["--chat_template", mine])
+        self.assertNotIn("--chat-template", argv)
+        # A template passed inline is served as it is; there is no file to mount.
+        config.extra_args = ("--chat-template={{ messages }}",)
+        self.assertEqual(launcher.served_template(config, "m", run_dir),
+                         (None, "config.extra_args"))
+        config.extra_args = ("--chat-template-content-format", "string")
+        self.assertIsNone(server_config.own_chat_template(config))
+
     def test_tpu_config_serves_the_merged_model_and_refuses_adapters(self):
         tmp = self.create_tempdir().full_path
         adapters = {"codev": _adapter(os.path.join(tmp, "a"), 8)}

@@ -141,6 +141,18 @@ def dollars_per_hour(config):
     return machines.get(config.machine).dollars_per_hour
 
 
+def own_chat_template(config):
+    """What config.extra_args passes to --chat-template (a file, or the template
+    itself; "" when the flag has no value), or None when it passes none."""
+    args = [str(arg) for arg in config.extra_args]
+    for i, arg in enumerate(args):
+        if _flag(arg) == CHAT_TEMPLATE_FLAG:
+            if "=" in arg:
+                return arg.split("=", 1)[1]
+            return args[i + 1] if i + 1 < len(args) else ""
+    return None
+
+
 def vllm_args(config, model, adapters, host, port, served_model_name=None, chat_template=None):
     """vLLM server arguments (after `vllm serve` / the api_server module).
 
@@ -174,7 +186,7 @@ def vllm_args(config, model, adapters, host, port, served_model_name=None, chat_
         args += ["--enable-lora", "--max-lora-rank", str(config.max_lora_rank),
                  "--max-loras", str(max(config.max_loras, len(adapters))), "--lora-modules"]
         args += [f"{name}={path}" for name, path in adapters.items()]
-    if chat_template and CHAT_TEMPLATE_FLAG not in {_flag(arg) for arg in config.extra_args}:
+    if chat_template and own_chat_template(config) is None:
         # The prelude is written for the parts vLLM hands Gemma 4's template.
         args += [CHAT_TEMPLATE_FLAG, chat_template, "--chat-template-content-format", "openai"]
     return args + list(config.extra_args)

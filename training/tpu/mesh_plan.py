@@ -135,10 +135,10 @@ def hbm_estimate(dims, mesh, *, seq_len, micro_batch, base_bytes, lora_rank, tun
     of its T x T scores (heads split over tp; splash attention keeps none).
     Without remat every layer keeps that (the first `scanned_layers`, run by
     the scan's loop: what it keeps instead, `_scanned_kept`); with remat every
-    layer keeps only its
-    input and one layer at a time is recomputed. The output projection
-    adds `LOGIT_BYTES` per logit. With fsdp > 1, weights are all-gathered
-    before use: `GATHERED_COPIES` of the embedding and one layer, split over tp.
+    layer keeps only its input and one layer at a time is recomputed. The
+    output projection adds `LOGIT_BYTES` per logit. With fsdp > 1, weights are
+    all-gathered before use: `GATHERED_COPIES` of the embedding and one layer,
+    split over tp.
     """
     chips = mesh.devices
     tokens = micro_batch / mesh.fsdp * seq_len  # token positions per chip

@@ -28,6 +28,7 @@ from common import cli
 from common import config_cli
 from data import codev
 from data import sources
+from data import synthetic
 from data import packing
 from data import pipeline
 from data import tokenizer as tokenizer_lib
@@ -38,9 +39,6 @@ _OUTPUT_JSON = flags.DEFINE_string("output_json", None, "Also write the figures 
 
 REFERENCE_TPU_TOKENS_PER_S = 763.0
 GOAL_FACTOR = 100
-# Lognormal parameters solving mean 922 and p99 2553 (mean = e^(mu + s^2/2),
-# p99 = e^(mu + 2.326 s)).
-LOG_MU, LOG_SIGMA = 6.7067, 0.4895
 
 
 def synthetic_rows(path, rows, tokenizer, seed=0, max_tokens=3000):
@@ -50,7 +48,7 @@ def synthetic_rows(path, rows, tokenizer, seed=0, max_tokens=3000):
         words += row.prompt.split() + row.response.split()
     tokens_per_word = len(tokenizer(" ".join(words))["input_ids"]) / len(words)
     rng = np.random.default_rng(seed)
-    lengths = np.minimum(rng.lognormal(LOG_MU, LOG_SIGMA, rows), max_tokens)
+    lengths = np.minimum(synthetic.lengths(rows, rng), max_tokens)
     with open(path, "w") as f:
         for length in lengths:
             picked = [words[i] for i in rng.choice(len(words), max(8, int(length / tokens_per_word)))]

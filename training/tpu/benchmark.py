@@ -14,14 +14,13 @@ import tempfile
 import time
 
 import jax
-import numpy as np
 from absl import app
 from absl import flags
 
 from common import cli
 from common import config_cli
-from data import chat
 from data import packing
+from data import synthetic
 from training.common import lifecycle
 from training.formats import base_model
 from training.formats import gemma4_map
@@ -34,19 +33,6 @@ _STEPS = flags.DEFINE_integer("steps", 6, "Timed steps per mode (after one warm-
 _OUTPUT_JSON = flags.DEFINE_string("output_json", None, "Also write the figures here.")
 
 GOAL_RATIO = 2.5
-REFERENCE_LENGTH, LOG_MU, LOG_SIGMA = 3072, 6.7067, 0.4895  # see data/benchmark.py
-
-
-def synthetic_examples(count, seq_len, vocab, seed=0):
-    rng = np.random.default_rng(seed)
-    scale = seq_len / REFERENCE_LENGTH
-    lengths = np.clip(rng.lognormal(LOG_MU, LOG_SIGMA, count) * scale, 8, seq_len).astype(int)
-    examples = []
-    for length in lengths:
-        mask = np.zeros(length, np.int32)
-        mask[int(0.85 * length):] = 1
-        examples.append(chat.Encoded(rng.integers(5, vocab, length).astype(np.int32), mask))
-    return examples
 
 
 def run(steps, workdir):
@@ -59,7 +45,7 @@ def run(steps, workdir):
     state = trainer.load_state(base_dir, dims, mesh, config, total_steps=100)
     accumulation, micro, seq_len = mesh_plan.batch_shape(config)
     per_step = accumulation * micro
-    examples = synthetic_examples(per_step * (steps + 1) * 4, seq_len, dims.vocab)
+    examples = synthetic.examples(per_step * (steps + 1) * 4, seq_len, dims.vocab)
     results = {}
     for mode, arrange in (("padding", packing.pad), ("packing", packing.pack)):
         sequences = arrange(examples, seq_len, 0)

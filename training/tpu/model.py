@@ -146,7 +146,8 @@ def abstract_model(dims, dtype, lora_config=None, scan=False):
     return layer_scan.stack_module(model, layer_scan.Plan.of(dims.layer_types, scan))
 
 
-def load(model_dir, dims, mesh, dtype="bfloat16", lora_config=None, seed=0, scan=False):
+def load(model_dir, dims, mesh, dtype="bfloat16", lora_config=None, seed=0, scan=False,
+         tensors=None):
     """The Tunix model with the checkpoint's weights and fresh LoRA factors.
 
     Every array is created directly in its sharding: base weights from the
@@ -154,9 +155,11 @@ def load(model_dir, dims, mesh, dtype="bfloat16", lora_config=None, seed=0, scan
     derived from `seed`, LoRA B zero, so the model starts equal to the base.
     `scan`: in the scanned layout, each block position's repeats read and
     stacked together (one stacked tensor on the host at a time); the LoRA
-    factors are the same in either layout.
+    factors are the same in either layout. `tensors`: instead of the checkpoint
+    in `model_dir`, a function from a Hugging Face tensor name to its value
+    (random weights for benchmarks).
     """
-    files = _checkpoint_tensors(model_dir, dims)
+    files = {} if tensors else _checkpoint_tensors(model_dir, dims)
     with jax.set_mesh(mesh):
         model = abstract_model(dims, dtype, lora_config, scan)
         graphdef, state = nnx.split(model)
@@ -166,6 +169,8 @@ def load(model_dir, dims, mesh, dtype="bfloat16", lora_config=None, seed=0, scan
     handles = {}
 
     def read(name):
+        if tensors:
+            return tensors(name)
         original, path = files[name]
         if path not in handles:
             handles[path] = safe_open(path, "np")

@@ -11,10 +11,11 @@ weights are read) gets random weights, optionally cut to its first --layers
 layers and narrowed by --width_divisor (hidden size, MLP width and head
 counts divided) to fit the chips at hand. For each layout, in one process:
 the config's step is traced and lowered, compiled (both timed), then run on
-packed batches of random tokens with CodeV-R1's length profile
-(data/synthetic.py). The step time is the median over --steps steps after a
-warm-up one. Both layouts load the same weights and LoRA factors, so their
-first losses agree (printed, and checked to 2%: bf16 sums in another order).
+batches of random tokens with CodeV-R1's length profile (data/synthetic.py),
+packed or padded as `config.data.packing` says. The step time is the median
+over --steps steps after a warm-up one. Both layouts load the same weights
+and LoRA factors, so their first losses agree (printed, and checked to 2%:
+bf16 sums in another order).
 
 --compilation_cache=DIR keeps compiled steps there (JAX's persistent cache,
 as `sft` keeps its own): a second run of the same command loads them instead
@@ -110,11 +111,13 @@ def peak_flops_per_chip(device):
 
 
 def batches(config, dims, count, sharding_, seed=0):
-    """`count` step batches of packed random examples, on the devices."""
+    """`count` step batches of random examples, packed or padded as the config's
+    data is, on the devices."""
     accumulation, micro, seq_len = mesh_plan.batch_shape(config)
     rows = accumulation * micro
     examples = synthetic.examples(rows * count * 4, seq_len, dims.vocab, seed)
-    sequences = packing.pack(examples, seq_len, 0)
+    arrange = packing.pack if config.data.packing else packing.pad
+    sequences = arrange(examples, seq_len, 0)
     if len(sequences["input_ids"]) < rows * count:
         raise BenchmarkError("too few packed rows for the steps asked for")
     out = []

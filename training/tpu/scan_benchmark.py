@@ -27,6 +27,7 @@ import gc
 import logging
 import os
 import statistics
+import tempfile
 import time
 import zlib
 
@@ -274,7 +275,6 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("training").setLevel(logging.INFO)
-    import tempfile  # pylint: disable=import-outside-toplevel
     with tempfile.TemporaryDirectory() as workdir:
         results = run(_CONFIG.value, workdir, _STEPS.value, _LAYOUTS.value,
                       cache_dir=_COMPILATION_CACHE.value, base_config=_BASE_CONFIG.value,

@@ -126,6 +126,18 @@ def lower_step(dims, config, devices, scan_unroll=1):
                                   key)
 
 
+def memory_figures(analysis):
+    """A compiled program's memory analysis as a dict of bytes per chip."""
+    return {"argument": analysis.argument_size_in_bytes,
+            "output": analysis.output_size_in_bytes, "alias": analysis.alias_size_in_bytes,
+            "temp": analysis.temp_size_in_bytes}
+
+
+def per_chip_bytes(memory):
+    """What the program holds on a chip at its peak, from `memory_figures`."""
+    return memory["argument"] + memory["output"] - memory["alias"] + memory["temp"]
+
+
 def cost(compiled):
     """XLA's cost analysis of one compiled program, per chip, as a dict."""
     analysis = compiled.cost_analysis()
@@ -195,9 +207,7 @@ def compile_step(dims, config, machine):
     counted, scan = scan_trip_count(dims, config, devices, counted)
     steps = accumulation  # the accumulation scan's body is counted once (module docstring)
     return {
-        "memory": {"argument": memory.argument_size_in_bytes,
-                   "output": memory.output_size_in_bytes, "alias": memory.alias_size_in_bytes,
-                   "temp": memory.temp_size_in_bytes},
+        "memory": memory_figures(memory),
         "xla_flops": counted["flops"] * steps * machine.chips,
         "xla_bytes_accessed": counted["bytes accessed"] * steps * machine.chips,
         "optimal_seconds": counted["optimal_seconds"] * steps,
@@ -210,7 +220,7 @@ def row(dims, config, machine, measured, *, non_padding_fraction, trained_fracti
     """The row of compile.json: XLA's figures against the planner, flops.py and HBM,
     and the throughput they predict for data with these token fractions."""
     memory = measured["memory"]
-    per_chip = memory["argument"] + memory["output"] - memory["alias"] + memory["temp"]
+    per_chip = per_chip_bytes(memory)
     modules = gemma4_map.tunix_lora_modules(config.lora.target_modules)
     accumulation, micro_batch, seq_len = mesh_plan.batch_shape(config)
     remat, attention = bool(config.remat), config.attention.kernel

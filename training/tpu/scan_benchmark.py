@@ -46,6 +46,7 @@ from data import synthetic
 from training.common import flops as flops_lib
 from training.formats import base_model
 from training.formats import gemma4_map
+from training.tpu import aot
 from training.tpu import mesh_plan
 from training.tpu import model as model_lib
 from training.tpu import sharding
@@ -66,10 +67,11 @@ _COMPILATION_CACHE = flags.DEFINE_string(
 _OUTPUT_JSON = flags.DEFINE_string("output_json", None, "Also write the figures here.")
 
 LOSS_TOLERANCE = 0.02  # relative, first step, scanned against unrolled
-# Dense bf16 peak per chip by JAX's device_kind, for MFU.
-PEAK_TFLOPS = {"TPU v5 lite": 197.0, "TPU v5e": 197.0, "TPU v5p": 459.0, "TPU v5": 459.0,
-               "TPU v6 lite": 918.0, "TPU v6e": 918.0}
-GIB = 2**30
+# JAX's device_kind -> the machine table's entry with that chip (its peak, for MFU).
+CHIP_MACHINES = {"TPU v5": "tpu-v5p-8", "TPU v5p": "tpu-v5p-8", "TPU v6 lite": "tpu-v6e-8",
+                 "TPU v6e": "tpu-v6e-8"}
+# Chips no machine config names: dense bf16 TFLOP/s (v5e spec sheet).
+OTHER_PEAK_TFLOPS = {"TPU v5 lite": 197.0, "TPU v5e": 197.0}
 
 log = logging.getLogger("training.tpu.scan_benchmark")
 
@@ -107,25 +109,29 @@ def random_tensors(dims, seed=0):
 
 
 def peak_flops_per_chip(device):
-    tflops = PEAK_TFLOPS.get(device.device_kind)
+    """Dense bf16 FLOP/s of `device`'s chip; None when not known (a CPU)."""
+    if device.device_kind in CHIP_MACHINES:
+        return machines.get(CHIP_MACHINES[device.device_kind]).peak_flops_per_chip
+    tflops = OTHER_PEAK_TFLOPS.get(device.device_kind)
     return tflops * 1e12 if tflops else None
 
 
 def batches(config, dims, count, sharding_, seed=0):
-    """`count` step batches of random examples, packed or padded as the config's
-    data is, on the devices."""
+    """`count` (step batch on the devices, data tokens in it) of random examples,
+    packed or padded as the config's data is."""
     accumulation, micro, seq_len = mesh_plan.batch_shape(config)
     rows = accumulation * micro
     examples = synthetic.examples(rows * count * 4, seq_len, dims.vocab, seed)
     arrange = packing.pack if config.data.packing else packing.pad
     sequences = arrange(examples, seq_len, 0)
     if len(sequences["input_ids"]) < rows * count:
-        raise BenchmarkError("too few packed rows for the steps asked for")
+        raise BenchmarkError("too few rows for the steps asked for")
     out = []
     for step in range(count):
         part = slice(step * rows, (step + 1) * rows)
-        out.append({name: jax.device_put(value[part].reshape(accumulation, micro, seq_len),
-                                         sharding_) for name, value in sequences.items()})
+        batch = {name: jax.device_put(value[part].reshape(accumulation, micro, seq_len),
+                                      sharding_) for name, value in sequences.items()}
+        out.append((batch, int(np.count_nonzero(sequences["segment_ids"][part]))))
     return out
 
 
@@ -141,14 +147,14 @@ def run_layout(dims, config, mesh, scanned, steps):
     loaded = time.perf_counter()
     data = batches(config, dims, steps + 1, state.batch_sharding)
     lowered = state.step.train.lower(state.lora, state.opt_state, state.base, state.rngs,
-                                     data[0], jax.random.key(0))
+                                     data[0][0], jax.random.key(0))
     traced = time.perf_counter()
     compiled = lowered.compile()
     done = time.perf_counter()
-    memory = compiled.memory_analysis()
+    memory = aot.memory_figures(compiled.memory_analysis())
     lora, opt_state = state.lora, state.opt_state
     seconds, losses, tokens = [], [], 0
-    for step, batch in enumerate(data):
+    for step, (batch, data_tokens) in enumerate(data):
         begin = time.perf_counter()
         lora, opt_state, metrics = compiled(lora, opt_state, state.base, state.rngs, batch,
                                             jax.random.key(step))
@@ -156,7 +162,7 @@ def run_layout(dims, config, mesh, scanned, steps):
         seconds.append(time.perf_counter() - begin)
         losses.append(float(metrics["loss"]))
         if step:
-            tokens += int(np.count_nonzero(jax.device_get(batch["segment_ids"])))
+            tokens += data_tokens
         log.info("%s step %d: loss %.4f, %.3f s", "scanned" if scanned else "unrolled", step,
                  losses[-1], seconds[-1])
     timed = seconds[1:]
@@ -171,8 +177,7 @@ def run_layout(dims, config, mesh, scanned, steps):
         "step_seconds": {"median": step_seconds, "min": min(timed), "max": max(timed)},
         "data_tokens_per_s": tokens / sum(timed),
         "losses": losses,
-        "xla_bytes_per_chip": (memory.argument_size_in_bytes + memory.output_size_in_bytes -
-                               memory.alias_size_in_bytes + memory.temp_size_in_bytes),
+        "xla_bytes_per_chip": aot.per_chip_bytes(memory),
     }
     del state, compiled, lowered, lora, opt_state, data
     gc.collect()
@@ -180,12 +185,11 @@ def run_layout(dims, config, mesh, scanned, steps):
 
 
 def _with_mfu(result, dims, config, devices):
-    peak = peak_flops_per_chip(devices[0])
     _, _, seq_len = mesh_plan.batch_shape(config)
     per_token = flops_lib.flops_per_token(
         dims, seq_len, config.lora.rank, gemma4_map.tunix_lora_modules(config.lora.target_modules))
-    result["mfu"] = (result["data_tokens_per_s"] * per_token / (peak * len(devices))
-                     if peak else None)
+    result["mfu"] = flops_lib.mfu(result["data_tokens_per_s"], per_token, len(devices),
+                                  peak_flops_per_chip(devices[0]))
 
 
 def _dims(config, workdir, base_config, layers, width_divisor):
@@ -257,7 +261,7 @@ def format_rows(results):
         lines.append(f"{row['layout']:<9} {row['trace_and_lower_seconds']:>10.1f}s "
                      f"{row['xla_compile_seconds']:>7.1f}s {row['step_seconds']['median']:>9.3f}s "
                      f"{row['data_tokens_per_s']:>9.0f} {mfu:>6} "
-                     f"{row['xla_bytes_per_chip'] / GIB:>8.2f}  {row['losses'][0]:.4f}")
+                     f"{row['xla_bytes_per_chip'] / aot.GIB:>8.2f}  {row['losses'][0]:.4f}")
     ratios = results.get("ratios_scanned_over_unrolled")
     if ratios:
         lines.append(f"scanned / unrolled: XLA compile {ratios['xla_compile']:.2f}x, step "

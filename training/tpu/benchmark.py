@@ -27,6 +27,7 @@ from training.formats import gemma4_map
 from training.tpu import mesh_plan
 from training.tpu import sharding
 from training.tpu import trainer
+from training.tpu import train_step
 from training.tpu.configs import cpu
 
 _STEPS = flags.DEFINE_integer("steps", 6, "Timed steps per mode (after one warm-up).")
@@ -59,7 +60,7 @@ def run(steps, workdir):
             batch = {k: jax.device_put(v[rows].reshape(accumulation, micro, seq_len),
                                        state.batch_sharding) for k, v in sequences.items()}
             lora, opt_state, metrics = state.step.train(
-                lora, opt_state, state.base, state.rngs, batch, jax.random.key(step))
+                lora, opt_state, state.base, state.rngs, batch, train_step.step_key(config, step))
             metrics = jax.device_get(metrics)
             if step == 0:
                 started = time.perf_counter()  # the first step compiles

@@ -20,7 +20,10 @@ from training.tpu import aot
 aot.use_libtpu()  # before JAX starts
 
 # pylint: disable=wrong-import-position
+import jax
+import jax.numpy as jnp
 from absl.testing import absltest
+from jax.sharding import SingleDeviceSharding
 
 from common import machines
 from training.common import hparams
@@ -84,14 +87,31 @@ class CompileTest(absltest.TestCase):
     def test_31b_two_layers_on_v5p8_agree_with_planner_and_flops(self):
         config = v5p8.get_config()
         self.assertEqual((config.mesh.fsdp, config.mesh.tp, *mesh_plan.batch_shape(config),
-                          config.attention.kernel, config.remat),
-                         (1, 4, 4, 2, 3072, "splash", False))
+                          config.attention.kernel, config.remat, config.dropout_rng),
+                         (1, 4, 4, 2, 3072, "splash", False, "rbg"))
         row = self.check_31b_two_layers(config)
         # Splash attention is a Pallas kernel: counted by hand, its time added.
         [kernel] = row["analytic_kernels"]
         self.assertEqual(kernel["name"], "splash_attention")
         self.assertAlmostEqual(row["optimal_seconds"],
                                row["xla_optimal_seconds"] + kernel["seconds"])
+
+    def test_rng_bit_generator_minus_one_second_is_taken_out(self):
+        device = SingleDeviceSharding(aot.topology_devices(V5P8.topology)[0])
+        key = jax.eval_shape(lambda: jax.random.key(0, impl="rbg"))
+
+        def dropped_matmul(key, x):
+            return jnp.where(jax.random.bernoulli(key, 0.5, x.shape), x, 0) @ x
+
+        compiled = jax.jit(dropped_matmul).lower(
+            jax.ShapeDtypeStruct(key.shape, key.dtype, sharding=device),
+            jax.ShapeDtypeStruct((1024, 1024), jnp.bfloat16, sharding=device)).compile()
+        xla = compiled.cost_analysis()
+        xla = xla[0] if isinstance(xla, (list, tuple)) else xla
+        self.assertLess(xla["optimal_seconds"], -0.99)  # one generator: -1 s, "unknown"
+        corrected = aot.cost(compiled)["optimal_seconds"]
+        self.assertAlmostEqual(corrected, xla["optimal_seconds"] + 1)
+        self.assertGreater(corrected, 0)
 
     def test_loops_are_counted_once_and_the_layer_scan_once_per_repeat(self):
         # Small widths, (sliding, global) twice: scanned, a block of 2 over 2 repeats.

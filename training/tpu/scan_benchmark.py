@@ -52,6 +52,7 @@ from training.tpu import model as model_lib
 from training.tpu import sharding
 from training.tpu import state as state_lib
 from training.tpu import trainer
+from training.tpu import train_step
 
 _CONFIG = config_cli.define_config_flag(__file__, default="cpu.py")
 _BASE_CONFIG = flags.DEFINE_string(
@@ -147,7 +148,7 @@ def run_layout(dims, config, mesh, scanned, steps):
     loaded = time.perf_counter()
     data = batches(config, dims, steps + 1, state.batch_sharding)
     lowered = state.step.train.lower(state.lora, state.opt_state, state.base, state.rngs,
-                                     data[0][0], jax.random.key(0))
+                                     data[0][0], train_step.step_key(config, 0))
     traced = time.perf_counter()
     compiled = lowered.compile()
     done = time.perf_counter()
@@ -157,7 +158,7 @@ def run_layout(dims, config, mesh, scanned, steps):
     for step, (batch, data_tokens) in enumerate(data):
         begin = time.perf_counter()
         lora, opt_state, metrics = compiled(lora, opt_state, state.base, state.rngs, batch,
-                                            jax.random.key(step))
+                                            train_step.step_key(config, step))
         metrics = jax.device_get(metrics)
         seconds.append(time.perf_counter() - begin)
         losses.append(float(metrics["loss"]))

@@ -116,5 +116,5 @@ def abstract_inputs(state, config):
     batch = {name: jax.ShapeDtypeStruct(mesh_plan.batch_shape(config), jnp.int32,
                                         sharding=state.batch_sharding)
              for name in packing.FIELDS}
-    key = jax.eval_shape(lambda: jax.random.key(0))
+    key = jax.eval_shape(lambda: train_step.step_key(config, 0))
     return batch, jax.ShapeDtypeStruct(key.shape, key.dtype, sharding=replicated)

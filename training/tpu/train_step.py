@@ -19,8 +19,23 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from common import cli
 from training.tpu import forward
 from training.tpu import model as model_lib
+
+
+class StepError(cli.UserError):
+    pass
+
+
+def step_key(config, step):
+    """The key of optimizer step `step` (LoRA dropout's masks come from it): `step`
+    folded into the key of `config.seed`, of `config.dropout_rng`'s implementation."""
+    try:
+        seed = jax.random.key(config.seed, impl=config.dropout_rng)
+    except ValueError as e:  # JAX names the implementations it has
+        raise StepError(f"config.dropout_rng={config.dropout_rng!r}: {e}") from None
+    return jax.random.fold_in(seed, step)
 
 
 @dataclasses.dataclass(frozen=True)

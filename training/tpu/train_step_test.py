@@ -7,6 +7,7 @@ from training.tpu import testing  # sets up 8 CPU devices first
 # pylint: disable=wrong-import-order
 from training.tpu import forward
 from training.tpu import model as model_lib
+from training.tpu import train_step
 from training.tpu import trainer
 
 
@@ -91,6 +92,45 @@ class LossTest(absltest.TestCase):
         self.assertEqual(results[0.5][0], results[0.5][1])
         np.testing.assert_allclose(results[0.5][0], results[0.0][0], rtol=1e-6)
         self.assertEqual(results[0.0][0][1], float(np.asarray(batch["loss_mask"])[:, :, 1:].sum()))
+
+
+class StepKeyTest(absltest.TestCase):
+
+    def test_dropout_masks_come_from_the_configured_generator(self):
+        path, dims = testing.tiny_checkpoint(self.create_tempdir().full_path)
+        batch = jax.tree.map(jnp.asarray, testing.batch(
+            np.random.default_rng(3), accumulation=1, micro_batch=2, seq_len=32,
+            vocab=dims.vocab))
+        losses = {}
+        for rng in ("rbg", "threefry2x32"):
+            config = testing.cpu_config(**{"lora.dropout": 0.5, "mesh.fsdp": 1, "mesh.tp": 1,
+                                           "dropout_rng": rng})
+            state = trainer.load_state(path, dims, testing.mesh(1, 1), config, total_steps=10)
+            lora = jax.tree.map(lambda x: x + 0.05, state.lora)  # B != 0: dropout shows
+
+            def loss(step, config=config, state=state, lora=lora):
+                key = train_step.step_key(config, step)
+                self.assertEqual(str(jax.random.key_impl(key)), rng)
+                return float(state.step.loss(lora, state.base, state.rngs, batch, key))
+
+            losses[rng] = [loss(0), loss(0), loss(1)]
+            self.assertEqual(losses[rng][0], losses[rng][1])  # a step's masks are fixed
+            self.assertNotEqual(losses[rng][0], losses[rng][2])  # and differ across steps
+        # The same seed and step, another generator: other masks.
+        self.assertNotEqual(losses["rbg"][0], losses["threefry2x32"][0])
+
+    def test_threefry_keys_are_jax_defaults_folded_by_step(self):
+        config = testing.cpu_config(**{"dropout_rng": "threefry2x32", "seed": 7})
+        expected = jax.random.fold_in(jax.random.key(7), 12)
+        np.testing.assert_array_equal(jax.random.key_data(train_step.step_key(config, 12)),
+                                      jax.random.key_data(expected))
+
+    def test_an_unknown_generator_is_refused_by_name(self):
+        config = testing.cpu_config(**{"dropout_rng": "mersenne"})
+        with self.assertRaisesRegex(train_step.StepError,
+                                    r"config\.dropout_rng='mersenne'.*threefry2x32"):
+            train_step.step_key(config, 0)
+
 
 if __name__ == "__main__":
     absltest.main()

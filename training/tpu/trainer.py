@@ -33,6 +33,7 @@ from training.tpu import model as model_lib
 from training.tpu import optimizer as optimizer_lib
 from training.tpu import sharding
 from training.tpu import state as state_lib
+from training.tpu import train_step
 
 log = logging.getLogger("training.tpu")
 
@@ -186,6 +187,7 @@ def train(config, workdir, shared_fs=False):
     if not shared_fs:
         run_dir_lib.check_shared(workdir, config.distributed.num_processes)
     setup_devices(config)
+    train_step.step_key(config, 0)  # an unknown dropout_rng fails here, not after loading
     if not shared_fs:
         run_dir_lib.check_shared(workdir, jax.process_count())  # pod slices: known only now
     cache = CompilationCache()
@@ -258,7 +260,6 @@ def _loop(run, state, step, data_iterator, checkpoints, cache=None):
                                      config=config)
     preemption = lifecycle.Preemption(agree=_any_process)
     schedule = optimizer_lib.learning_rate_schedule(config.optimizer, run.total_steps)
-    seed_key = jax.random.key(config.seed)
     batch_shape = mesh_plan.batch_shape(config)
     lora, opt_state = state.lora, state.opt_state
     progress, first_logged = None, False
@@ -270,7 +271,7 @@ def _loop(run, state, step, data_iterator, checkpoints, cache=None):
         while step < run.total_steps:
             started = time.time()
             batch = _global_batch(data_iterator, batch_shape, state.batch_sharding)
-            key = jax.random.fold_in(seed_key, step)
+            key = train_step.step_key(config, step)
             lora, opt_state, metrics = state.step.train(lora, opt_state, state.base,
                                                         state.rngs, batch, key)
             metrics = jax.device_get(metrics)

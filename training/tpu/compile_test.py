@@ -137,7 +137,17 @@ class CompileTest(absltest.TestCase):
         scanned = aot.compile_step(dims, config(4, True), V5P8)
         self.assertEqual((scanned["scan"]["period"], scanned["scan"]["repeats"]), (2, 2))
         self.assertLess(scanned["scan"]["counted_flops"] * steps, 0.8 * unrolled["xla_flops"])
-        self.assertAlmostEqual(scanned["xla_flops"] / unrolled["xla_flops"], 1.0, delta=0.02)
+        # The scanned step does more by one product: its backward pass computes
+        # LoRA's (x @ A) @ B again (forward.scanned_saves), 2 x tokens x rank x
+        # output width per projection, 7% of the step at these widths (0.7% at 31B).
+        accumulation, micro_batch, seq_len = mesh_plan.batch_shape(config(4, True))
+        widths = sum(dims.heads * a.head_dim + (1 if a.k_eq_v else 2) * a.kv_heads * a.head_dim
+                     + 2 * dims.embed + 2 * dims.mlp
+                     for a in map(dims.attention, range(dims.num_layers)))
+        again = 2 * accumulation * micro_batch * seq_len * config(4, True).lora.rank * widths
+        self.assertAlmostEqual((scanned["xla_flops"] - again) / unrolled["xla_flops"], 1.0,
+                               delta=0.02)
+        self.assertGreater(again / unrolled["xla_flops"], 0.03)
 
     def test_tp8_is_refused_before_any_compile(self):
         config = v5p8_with(**{"mesh.fsdp": 1, "mesh.tp": 8})

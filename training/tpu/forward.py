@@ -146,31 +146,21 @@ def _attention(attn, x, positions, segment_ids, attention):
                              base_frequency=attn.rope_base_frequency,
                              scale_factor=attn.rope_scale_factor,
                              rope_proportion=attn.rope_proportion)
-    query = rope(attn._query_norm(_kept(attn.q_einsum(x))))  # pylint: disable=protected-access
+    query = rope(attn._query_norm(attn.q_einsum(x)))  # pylint: disable=protected-access
     if hasattr(attn, "k_einsum"):  # K = V global layers: one projection for both
-        key = value = _kept(attn.k_einsum(x))
+        key = value = attn.k_einsum(x)
     else:
-        key, value = _kept(attn.kv_einsum(x))
+        key, value = attn.kv_einsum(x)
     value = value * jax.lax.rsqrt(jnp.mean(jnp.square(value), axis=-1, keepdims=True) + 1e-6)
     key = rope(attn._key_norm(key))  # pylint: disable=protected-access
     window = (attn.config.sliding_window_size
               if attn.attn_type == gemma4.AttentionType.LOCAL_SLIDING else None)
     encoded = attend(query, key, value, segment_ids, window, attention)
-    return _kept(attn.attn_vec_einsum(encoded))
-
-
-def _feed_forward(mlp, x):
-    """Tunix's `FeedForward` with each projection's output named (`_kept`);
-    Tunix's own call where its block remat applies."""
-    if _remat_scope(mlp.config.remat_config) == gemma4.RematConfig.BLOCK:
-        return mlp(x)
-    hidden = nnx.gelu(_kept(mlp.gate_proj(x))) * _kept(mlp.up_proj(x))
-    return _kept(mlp.down_proj(hidden))
+    return attn.attn_vec_einsum(encoded)
 
 
 def _kept(y):
-    """Names a matmul's output that `scanned_saves` keeps: a projection's (LoRA's
-    term included) or dense attention's."""
+    """Names dense attention's logits or output, which `scanned_saves` keeps."""
     return jax.ad_checkpoint.checkpoint_name(y, "kept")
 
 
@@ -188,36 +178,36 @@ def _kernel_outputs(primitive, *_, **__):
     return primitive.name == "pallas_call"
 
 
-def _lora_first_products(rank):
-    """A checkpoint policy: keep LoRA's first product, x @ A (a matmul by an operand
-    whose only dim left after the contraction is the rank): a small array that B's
-    gradient needs, which the backward pass would otherwise compute again."""
+def _projection_products(lora_rank):
+    """A checkpoint policy: keep the projections' matmul outputs (a dot_general
+    without batch dims: Tunix's einsums), the base's and LoRA's first product
+    x @ A, but not LoRA's second, (x @ A) @ B (contracted over the rank)."""
     def policy(primitive, *operands, **params):
         if primitive.name != "dot_general":
             return False
-        contracting, batch = params["dimension_numbers"]
-        return any(not batched and tuple(
-            d for i, d in enumerate(x.shape) if i not in contracted) == (rank,)
-            for x, contracted, batched in zip(operands, contracting, batch))
+        (contracted, _), (batch, _) = params["dimension_numbers"]
+        return not batch and tuple(operands[0].shape[i] for i in contracted) != (lora_rank,)
     return policy
 
 
 # What scanned layers without remat keep for the backward pass. A scan stores
 # every value it keeps as a loop output of all repeats, where XLA, seeing the
-# unrolled layers, fuses element-wise work (norms, up-casts) into the matmuls
-# around it instead of storing it: so the scan keeps only each projection's
-# output (one array: the base matmul plus LoRA's term, not each matmul's
-# output), LoRA's first product x @ A (rank wide: recomputing it would cost a
-# matmul as long as the projection's contraction), and what attention returns
-# (dense: its logits and output; splash: its output and the softmax statistics
-# its backward pass needs, without which the backward pass would run the
-# forward kernel again), and recomputes the rest.
+# unrolled layers, fuses element-wise work (norms, up-casts, LoRA's sums) into
+# the matmuls around it instead of storing it. So the scan keeps each
+# projection's base matmul output (in the model's dtype: bf16 on TPU) and LoRA's
+# first product x @ A (rank wide: recomputing it would cost a matmul as long as
+# the projection's contraction), and what attention returns (dense: its logits
+# and output; splash: its output and the softmax statistics its backward pass
+# needs, without which the backward pass would run the forward kernel again).
+# It recomputes the rest, LoRA's rank-deep second product and the sum with the
+# base among it: that sum is float32 (LoRA's factors are), twice the base
+# output's bytes, and keeping it made the scanned step 1.23x slower than the
+# unrolled one on a v5e chip.
 def scanned_saves(lora_rank):
     """What scanned layers without remat keep (the comment above), as a policy."""
-    policies = [jax.checkpoint_policies.save_only_these_names("kept"), _kernel_outputs]
-    if lora_rank:
-        policies.append(_lora_first_products(lora_rank))
-    return functools.reduce(jax.checkpoint_policies.save_from_both_policies, policies)
+    return functools.reduce(jax.checkpoint_policies.save_from_both_policies, [
+        jax.checkpoint_policies.save_only_these_names("kept"), _kernel_outputs,
+        _projection_products(lora_rank)])
 
 
 def _lora_rank(model):
@@ -234,7 +224,7 @@ def _layer(layer, x, positions, segment_ids, attention):
     attended = layer.post_attention_norm(
         _attention(layer.attn, layer.pre_attention_norm(x), positions, segment_ids, attention))
     x = x + attended
-    x = x + layer.post_ffw_norm(_feed_forward(layer.mlp, layer.pre_ffw_norm(x)))
+    x = x + layer.post_ffw_norm(layer.mlp(layer.pre_ffw_norm(x)))
     return x * layer.skip_scale.value
 
 

@@ -106,10 +106,10 @@ GATHERED_COPIES = 3
 
 def _scanned_kept(dims, layers, tokens, tp, base_bytes, scores, lora_rank, tunix_modules):
     """Bytes `layers` keep for the backward pass when scanned without remat
-    (`forward.scanned_saves`): each layer's input, each projection's output (q,
-    kv or k, o, gate, up, down; heads and the MLP hidden size split over tp),
-    what attention returns (its output, plus dense attention's scores) and each
-    LoRA projection's x @ A (rank wide, not split)."""
+    (`forward.scanned_saves`): each layer's input, each projection's base matmul
+    output (q, kv or k, o, gate, up, down; heads and the MLP hidden size split
+    over tp), what attention returns (its output, plus dense attention's scores)
+    and each LoRA projection's x @ A (rank wide, not split)."""
     kept = 0
     for layer in layers:
         attn = dims.attention(layer)

@@ -141,9 +141,23 @@ def abstract_model(dims, dtype, lora_config=None, scan=False):
                                         rngs=_shape_only_rngs("params", "dropout"))
 
     model = nnx.eval_shape(create)
+    _float32_factors(model)
     if lora_config is not None and lora_config.dropout > 0:
         use_fixed_dropout_keys(model)
     return layer_scan.stack_module(model, layer_scan.Plan.of(dims.layer_types, scan))
+
+
+def _float32_factors(model):
+    """Declares `model`'s LoRA factors float32, as `load` makes them (PEFT keeps them
+    so on a bf16 base too: bf16 would round away updates of lr ~1e-4). Qwix gives
+    them the base's dtype, so without this the ahead-of-time compile (aot.py)
+    would compile a step with bf16 factors and Adam moments, not the one `sft`
+    runs."""
+    for _, node in nnx.iter_graph(model):
+        if isinstance(node, nnx.LoRAParam):
+            value = node.get_value()
+            node.set_value(jax.ShapeDtypeStruct(value.shape, jnp.float32,
+                                                sharding=value.sharding))
 
 
 def load(model_dir, dims, mesh, dtype="bfloat16", lora_config=None, seed=0, scan=False,
@@ -209,8 +223,7 @@ def load(model_dir, dims, mesh, dtype="bfloat16", lora_config=None, seed=0, scan
                                              if isinstance(v, nnx.LoRAParam)})
     values = {}
     for index, (path, variable) in enumerate(sorted(factors.items(), key=lambda kv: str(kv[0]))):
-        # Factors stay float32 on a bf16 base (as PEFT keeps them): bf16 would
-        # round away updates of lr ~1e-4.
+        # Factors are float32 on a bf16 base (`_float32_factors`).
         shape = variable.shape
         if str(path[-1]).endswith("_lora_a"):
             values[path] = np.asarray(lora_init(jax.random.fold_in(key, index), shape,

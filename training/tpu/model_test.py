@@ -7,6 +7,7 @@ import torch
 import transformers
 from absl.testing import absltest
 from absl.testing import parameterized
+from flax import nnx
 
 from training.tpu import testing  # sets up 8 CPU devices first
 # pylint: disable=wrong-import-order
@@ -47,6 +48,27 @@ class LoadTest(parameterized.TestCase):
         got = forward.packed_logits(model, jnp.asarray(ids), jnp.asarray(positions),
                                     jnp.asarray(segments))
         self.assertLess(float(np.abs(np.asarray(got) - want).max()), 1e-4)
+
+    def test_abstract_model_declares_what_load_makes(self):
+        # The ahead-of-time compile (aot.py) lowers `sft`'s step from the abstract
+        # model: its parameters must have the loaded model's shapes and dtypes, LoRA's
+        # factors float32 on a bf16 base (Qwix would give them the base's dtype).
+        path, dims = testing.tiny_checkpoint(self.create_tempdir().full_path)
+        lora = testing.cpu_config().lora
+
+        def declared(model):
+            return {path: (tuple(v.get_value().shape), str(v.get_value().dtype))
+                    for path, v in nnx.to_flat_state(nnx.state(model, nnx.Param))}
+
+        for scan in (False, True):
+            loaded = declared(model_lib.load(path, dims, testing.mesh(1, 1), "bfloat16", lora,
+                                             0, scan))
+            self.assertEqual(declared(model_lib.abstract_model(dims, "bfloat16", lora, scan)),
+                             loaded)
+            dtypes = {str(p[-1]).endswith(("_lora_a", "_lora_b")): set() for p in loaded}
+            for p, (_, dtype) in loaded.items():
+                dtypes[str(p[-1]).endswith(("_lora_a", "_lora_b"))].add(dtype)
+            self.assertEqual(dtypes, {True: {"float32"}, False: {"bfloat16"}})
 
     def test_missing_tensor_and_bad_shapes_are_named(self):
         directory = self.create_tempdir().full_path

@@ -38,10 +38,10 @@ def get_config():
     c.attention.block = 512
     c.remat = False
     c.batch.per_device_size = 2  # 2 sequences per pass (fsdp=1), 4 accumulation steps
-    # Unrolled: the scan compiles 31B in 0.36x the time (128 s against 359 s with
-    # rbg dropout masks), but on a v5e chip the scanned step ran 1.20x slower
-    # without remat (1.23x with rbg), as XLA predicts for 31B (1.30x): its loops
-    # copy the values kept for the backward pass (README, compile section).
+    # Unrolled: the scan compiles 31B in 0.39x the time (141 s against 362 s),
+    # but on a v5e chip the scanned step ran 1.19x slower without remat, and XLA
+    # predicts 1.30x for 31B: its loops copy the values kept for the backward
+    # pass out of their stacks (README, compile section).
     # --config.scan_layers=True scans.
     c.scan_layers = False
     return c

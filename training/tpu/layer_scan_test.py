@@ -112,8 +112,8 @@ class ScannedModelTest(absltest.TestCase):
         super().tearDownClass()
 
     @classmethod
-    def model(cls, scan, remat=None):
-        model = model_lib.load(cls.path, cls.dims, cls.mesh, "float32", cls.lora, 0, scan)
+    def model(cls, scan, remat=None, dtype="float32"):
+        model = model_lib.load(cls.path, cls.dims, cls.mesh, dtype, cls.lora, 0, scan)
         model_lib.set_lora(model, cls.factors)
         if remat:
             model_lib.enable_remat(model, True, remat)
@@ -199,8 +199,7 @@ class ScannedModelTest(absltest.TestCase):
     def kept_by_scan(self, dtype):
         """What the backward pass reads from the forward loop: the stacked (3 repeats)
         arrays that hold a value per token (the model's own variables apart)."""
-        model = model_lib.load(self.path, self.dims, self.mesh, dtype, self.lora, 0, True)
-        model_lib.set_lora(model, self.factors)
+        model = self.model(scan=True, dtype=dtype)
         graphdef, lora, rest = nnx.split(model, nnx.LoRAParam, ...)
         _, backward = jax.vjp(
             lambda lora: forward.loss_sum(nnx.merge(graphdef, lora, rest), self.batch), lora)

@@ -65,10 +65,9 @@ class LoadTest(parameterized.TestCase):
                                              0, scan))
             self.assertEqual(declared(model_lib.abstract_model(dims, "bfloat16", lora, scan)),
                              loaded)
-            dtypes = {str(p[-1]).endswith(("_lora_a", "_lora_b")): set() for p in loaded}
-            for p, (_, dtype) in loaded.items():
-                dtypes[str(p[-1]).endswith(("_lora_a", "_lora_b"))].add(dtype)
-            self.assertEqual(dtypes, {True: {"float32"}, False: {"bfloat16"}})
+            factor = {p: str(p[-1]).endswith(("_lora_a", "_lora_b")) for p in loaded}
+            self.assertEqual({d for p, (_, d) in loaded.items() if factor[p]}, {"float32"})
+            self.assertEqual({d for p, (_, d) in loaded.items() if not factor[p]}, {"bfloat16"})
 
     def test_missing_tensor_and_bad_shapes_are_named(self):
         directory = self.create_tempdir().full_path

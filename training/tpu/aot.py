@@ -21,9 +21,10 @@ FLOPs and time are the counted ones times the accumulation steps (the
 optimizer update, a few element-wise passes over the LoRA factors, is then
 counted that many times too: a slight overestimate of the step time). The
 scan over the decoder layers' block (training/tpu/layer_scan.py) is counted
-for one repeat: the step is compiled a second time with two repeats per loop
-iteration, the block's cost is the difference, and it is counted once per
-repeat. (Skipping the blocks instead would also drop the backward pass of
+for one repeat, and the scan over each run of layers inside it (`scan_runs`)
+for one layer: the step is compiled again without the runs' scans, and once
+more with two repeats per loop iteration as well; the block's cost is the
+difference, counted once per repeat. (Skipping the blocks instead would also drop the backward pass of
 the output projection, which no LoRA factor would then precede.) compile_test holds
 the scanned FLOPs and time so counted to the unrolled step's.
 
@@ -182,24 +183,36 @@ def _compile_costs(dims, config, devices, scan_unroll=1):
 
 def scan_trip_count(dims, config, devices, counted):
     """`counted` (one repeat of the scanned block, as XLA counts a loop) with the
-    block counted once per repeat. The step is compiled again with two repeats
-    per loop iteration (JAX unrolls an odd last repeat after the loop): the same
-    program otherwise, so the difference is the block, once or (odd repeats)
-    twice. Returns (costs, what was done, for the row)."""
+    block counted once per repeat. The scans over the block's runs of layers
+    (`scan_runs`; 31B: 5 sliding-window layers) are loops too, so the step is
+    then compiled again without them (`scan_runs=False`): the block once, whole.
+    Then it is compiled with two repeats per loop iteration (JAX unrolls an odd
+    last repeat after the loop): the same program otherwise, so the difference
+    is the block, once or (odd repeats) twice. Returns (costs, what was done,
+    for the row)."""
     from training.tpu import layer_scan  # pylint: disable=import-outside-toplevel
     plan = layer_scan.Plan.of(dims.layer_types, config.scan_layers)
     if plan.repeats < 2:
         return counted, {"layers": plan.describe()}
+    seconds, scanned = 0.0, counted
+    nested = bool(config.scan_runs) and any(length > 1 for _, length in plan.runs)
+    if nested:
+        log.info("XLA counts a loop's body once: compiling the step again without the scans "
+                 "over the block's runs of layers, to count each layer...")
+        config = config.copy_and_resolve_references()
+        config.scan_runs = False
+        seconds, _, counted = _compile_costs(dims, config, devices)
     log.info("XLA counts the scanned block once: compiling the step again with two repeats "
              "per loop iteration, to count the block per repeat...")
-    seconds, _, twice = _compile_costs(dims, config, devices, scan_unroll=2)
+    took, _, twice = _compile_costs(dims, config, devices, scan_unroll=2)
     block = {name: (twice[name] - counted[name]) / (1 + plan.repeats % 2)
              for name in _COUNTED}
     total = {name: counted[name] + (plan.repeats - 1) * block[name] for name in _COUNTED}
     return total, {"layers": plan.describe(), "period": plan.period,
-                   "repeats": plan.repeats, "block_flops": block["flops"],
-                   "counted_flops": counted["flops"], "unrolled_by_2_flops": twice["flops"],
-                   "unrolled_by_2_compile_seconds": seconds}
+                   "repeats": plan.repeats, "runs": plan.runs, "block_flops": block["flops"],
+                   "runs_scanned": nested,
+                   "counted_flops": scanned["flops"], "runs_unrolled_flops": counted["flops"],
+                   "unrolled_by_2_flops": twice["flops"], "counting_seconds": seconds + took}
 
 
 def compile_step(dims, config, machine):

@@ -114,9 +114,10 @@ class CompileTest(absltest.TestCase):
         self.assertGreater(corrected, 0)
 
     def test_loops_are_counted_once_and_the_layer_scan_once_per_repeat(self):
-        # Small widths, (sliding, global) twice: scanned, a block of 2 over 2 repeats.
-        dims = dataclasses.replace(small_dims(), layer_types=(gemma4_map.SLIDING,
-                                                              gemma4_map.GLOBAL) * 2)
+        # Small widths, (sliding, sliding, global) twice: scanned, a block of 3 over 2
+        # repeats, with a scan over its 2 sliding layers inside.
+        dims = dataclasses.replace(small_dims(), layer_types=(
+            gemma4_map.SLIDING, gemma4_map.SLIDING, gemma4_map.GLOBAL) * 2)
         devices = aot.topology_devices(V5P8.topology)
 
         def config(accumulation, scan):
@@ -130,13 +131,17 @@ class CompileTest(absltest.TestCase):
         steps = 4 * V5P8.chips  # accumulation x chips, as compile_step scales
         self.assertAlmostEqual(unrolled["xla_flops"] / steps / one, 1.0, delta=0.01)
         self.assertNotIn("repeats", unrolled["scan"])
-        # The layer scan: XLA alone counts one repeat of the block, short of the
-        # unrolled step; counted per repeat, the FLOPs agree. (XLA's step time
+        # The layer scan: XLA alone counts one repeat of the block and one layer of
+        # its run, short of the unrolled step; counted per layer and repeat, the
+        # FLOPs agree. (XLA's step time
         # does not, at these widths: per-op costs dominate it, and the loop adds
         # ops; 1.34x measured. The README holds the 31B figures.)
         scanned = aot.compile_step(dims, config(4, True), V5P8)
-        self.assertEqual((scanned["scan"]["period"], scanned["scan"]["repeats"]), (2, 2))
+        self.assertEqual((scanned["scan"]["period"], scanned["scan"]["repeats"]), (3, 2))
+        self.assertEqual(scanned["scan"]["runs"], ((0, 2), (2, 1)))
         self.assertLess(scanned["scan"]["counted_flops"] * steps, 0.8 * unrolled["xla_flops"])
+        self.assertGreater(scanned["scan"]["runs_unrolled_flops"],
+                           1.1 * scanned["scan"]["counted_flops"])
         # The scanned step does more by one product: its backward pass computes
         # LoRA's (x @ A) @ B again (forward.scanned_saves), 2 x tokens x rank x
         # output width per projection, 7% of the step at these widths (0.7% at 31B).

@@ -232,10 +232,12 @@ class Gemma4(gemma4.Gemma4):
     """Tunix's Gemma 4 plus the packed training forward pass (module docstring)."""
 
     attention = Attention()
-    # The scanned layout (training/tpu/layer_scan.py): stacked block positions, and
+    # The scanned layout (training/tpu/layer_scan.py): the block's stacked runs, and
     # the plan that maps them to layers; None until `layer_scan.stack_module`.
     blocks = None
     layer_plan = None
+    # Each run of the block's layers under a scan of its own (`layer_scan.run`).
+    scan_runs = True
     # Repeats of the block per iteration of the scan's loop; >1 only for cost
     # analysis (training/tpu/aot.py counts the block from two of them).
     scan_unroll = 1
@@ -259,19 +261,18 @@ class Gemma4(gemma4.Gemma4):
                                "architecture), not MoE, per-layer inputs or shared KV layers")
         scope = _remat_scope(config.remat_config)
 
-        def layer_fn(remat, policy=None):
-            run = (nnx.remat(_layer, static_argnums=(4,), graph_updates=False, policy=policy)
-                   if remat else _layer)
+        def layer_fn(remat):
+            run = nnx.remat(_layer, static_argnums=(4,), graph_updates=False) if remat else _layer
             return lambda layer, x: run(layer, x, positions, segment_ids, self.attention)
 
         x = self.embedder.encode(tokens)
         if self.blocks is not None:
-            scanned = {None: layer_fn(True, scanned_saves(_lora_rank(self))),
-                       gemma4.RematConfig.DECODER: layer_fn(True),
-                       gemma4.RematConfig.BLOCK: layer_fn(False)}[scope]
-            x = layer_scan.run(self.blocks, x, scanned,
+            policy = scanned_saves(_lora_rank(self)) if scope is None else None
+            remat = (None if scope == gemma4.RematConfig.BLOCK
+                     else functools.partial(jax.checkpoint, policy=policy))
+            x = layer_scan.run(self.blocks, x, layer_fn(False), remat=remat,
                                remat_block=scope == gemma4.RematConfig.BLOCK,
-                               unroll=self.scan_unroll)
+                               unroll=self.scan_unroll, scan_runs=self.scan_runs)
         unscanned = layer_fn(scope is not None)
         for layer in self.layers:
             x = unscanned(layer, x)
@@ -284,11 +285,13 @@ class Gemma4(gemma4.Gemma4):
         return logits if cap is None else jnp.tanh(logits / cap) * cap
 
 
-def configure(model, attention):
-    """Sets the packed forward pass's attention on a `Gemma4` (also a Qwix-wrapped one)."""
+def configure(model, attention, scan_runs=True):
+    """Sets the packed forward pass's attention, and whether the scanned layout scans
+    each run of the block's layers, on a `Gemma4` (also a Qwix-wrapped one)."""
     if not isinstance(model, Gemma4):
         raise ForwardError(f"{type(model).__name__} is not training.tpu.forward.Gemma4")
     model.attention = attention
+    model.scan_runs = scan_runs
 
 
 def packed_logits(model, tokens, positions, segment_ids):

@@ -52,25 +52,30 @@ class PlanTest(absltest.TestCase):
                 if plan.repeats else None
             self.assertEqual(found, expected, types)
         self.assertEqual(layer_scan.Plan.of(((S,) * 5 + (G,)) * 10, scan=False).repeats, 0)
+        self.assertEqual(layer_scan.Plan.of(((S,) * 5 + (G,)) * 10).runs, ((0, 5), (5, 1)))
+        self.assertEqual(layer_scan.Plan.of((S, G, G, S) * 2).runs, ((0, 1), (1, 2), (3, 1)))
 
     def test_paths_map_both_ways(self):
-        plan = layer_scan.Plan.of((S, G) * 3 + (G,))
+        plan = layer_scan.Plan.of((S, S, G) * 3 + (G,))
         self.assertEqual(plan.describe(),
-                         "7 layers: a block of 2 scanned over 3 repeats, 1 more unrolled")
-        for layer in range(7):
+                         "10 layers: a block of 3 scanned over 3 repeats, 1 more unrolled")
+        for layer in range(10):
             path = ("layers", layer, "attn", "q_einsum", "w")
-            located, repeat = plan.locate(path)
-            self.assertEqual(plan.layer_path(located, repeat), path)
-        self.assertEqual(plan.locate(("layers", 5, "mlp")), (("blocks", 1, "mlp"), 2))
-        self.assertEqual(plan.locate(("layers", 6, "mlp")), (("layers", 0, "mlp"), None))
+            located, index = plan.locate(path)
+            self.assertEqual(plan.layer_path(located, index), path)
+        # Layer 7: repeat 2, the second of the sliding run; layer 8: the global run.
+        self.assertEqual(plan.locate(("layers", 7, "mlp")), (("blocks", 0, "mlp"), (2, 1)))
+        self.assertEqual(plan.locate(("layers", 8, "mlp")), (("blocks", 1, "mlp"), (2, 0)))
+        self.assertEqual(plan.locate(("layers", 9, "mlp")), (("layers", 0, "mlp"), None))
         self.assertEqual(plan.locate(("embedder", "input_embedding")),
                          (("embedder", "input_embedding"), None))
 
     def test_stack_and_unstack_arrays_and_shapes(self):
-        plan = layer_scan.Plan.of((S, G) * 2)
-        flat = {("layers", i, "w"): np.full((2, 3), i, np.float32) for i in range(4)}
+        plan = layer_scan.Plan.of((S, S, G) * 2)
+        flat = {("layers", i, "w"): np.full((2, 3), i, np.float32) for i in range(6)}
         stacked = layer_scan.stack_flat(plan, flat)
-        np.testing.assert_array_equal(stacked[("blocks", 1, "w")][:, 0, 0], [1, 3])
+        np.testing.assert_array_equal(stacked[("blocks", 0, "w")][:, :, 0, 0], [[0, 1], [3, 4]])
+        np.testing.assert_array_equal(stacked[("blocks", 1, "w")][:, :, 0, 0], [[2], [5]])
         back = layer_scan.unstack_flat(plan, stacked)
         self.assertEqual(set(back), set(flat))
         for path, value in flat.items():
@@ -78,18 +83,19 @@ class PlanTest(absltest.TestCase):
         mesh = testing.mesh(2, 4)
         shape = jax.ShapeDtypeStruct((8, 4), np.float32,
                                      sharding=NamedSharding(mesh, P("fsdp", "tp")))
-        stacked = layer_scan.stack_flat(plan, {("layers", i, "w"): shape for i in range(4)})
-        self.assertEqual(stacked[("blocks", 0, "w")].shape, (2, 8, 4))
-        self.assertEqual(stacked[("blocks", 0, "w")].sharding.spec, P(None, "fsdp", "tp"))
-        back = layer_scan.unstack_flat(plan, stacked)[("layers", 3, "w")]
+        stacked = layer_scan.stack_flat(plan, {("layers", i, "w"): shape for i in range(6)})
+        self.assertEqual(stacked[("blocks", 0, "w")].shape, (2, 2, 8, 4))
+        self.assertEqual(stacked[("blocks", 0, "w")].sharding.spec, P(None, None, "fsdp", "tp"))
+        back = layer_scan.unstack_flat(plan, stacked)[("layers", 4, "w")]
         self.assertEqual((back.shape, back.sharding.spec), ((8, 4), P("fsdp", "tp")))
-        with self.assertRaisesRegex(ValueError, r"blocks.0.w: repeats \[0\] of 2"):
-            layer_scan.stack_flat(plan, {("layers", 0, "w"): flat[("layers", 0, "w")]})
+        with self.assertRaisesRegex(ValueError, r"blocks.0.w: layers \[0, 4\], not all 2 "):
+            layer_scan.stack_flat(plan, {("layers", i, "w"): flat[("layers", i, "w")]
+                                         for i in (0, 4)})
 
 
 class ScannedModelTest(absltest.TestCase):
-    """A 7-layer tiny model: a block of (sliding, global) scanned 3 times, one layer
-    after it, on the (2, 4) mesh, float32, with LoRA B noise so that every factor
+    """A 10-layer tiny model: a block of (sliding, sliding, global) scanned 3 times, a
+    layer after it, on the (2, 4) mesh, float32, with LoRA B noise so that every factor
     has a gradient."""
 
     @classmethod
@@ -97,7 +103,7 @@ class ScannedModelTest(absltest.TestCase):
         super().setUpClass()
         cls.tmp = tempfile.TemporaryDirectory()
         cls.path, cls.dims = testing.tiny_checkpoint(
-            cls.tmp.name, num_hidden_layers=7, layer_types=[S, G] * 3 + [S])
+            cls.tmp.name, num_hidden_layers=10, layer_types=[S, S, G] * 3 + [S])
         cls.lora = testing.cpu_config().lora
         cls.lora.dropout = 0.0
         cls.mesh = testing.mesh(2, 4)
@@ -120,11 +126,13 @@ class ScannedModelTest(absltest.TestCase):
         return model
 
     @classmethod
-    def loss_and_grads(cls, scan, remat=None, unroll=1):
+    def loss_and_grads(cls, scan, remat=None, unroll=1, scan_runs=True):
         """(loss, {per-layer factor name: gradient}) of forward.loss_sum; `unroll`:
-        repeats of the block per iteration of the scan's loop (True: all)."""
+        repeats of the block per iteration of the scan's loop (True: all, and the
+        block's runs of layers one after another, not scanned)."""
         model = cls.model(scan, remat)
         model.scan_unroll = unroll
+        model.scan_runs = scan_runs and unroll is not True
         graphdef, lora, rest = nnx.split(model, nnx.LoRAParam, ...)
         loss, grads = jax.jit(jax.value_and_grad(
             lambda lora: forward.loss_sum(nnx.merge(graphdef, lora, rest), cls.batch)))(lora)
@@ -135,7 +143,7 @@ class ScannedModelTest(absltest.TestCase):
     def assert_close(self, found, exact=False, unrolled=None):
         (loss, grads), (want_loss, want_grads) = found, unrolled or self.unrolled
         self.assertEqual(set(grads), set(want_grads))
-        self.assertLen(grads, 7 * 12)  # q, kv (k on global layers), o, gate, up, down: A and B
+        self.assertLen(grads, 10 * 12)  # q, kv (k on global layers), o, gate, up, down: A and B
         if exact:
             self.assertEqual(loss, want_loss)
         self.assertLess(abs(loss - want_loss) / abs(want_loss), LOSS_TOLERANCE)
@@ -149,19 +157,21 @@ class ScannedModelTest(absltest.TestCase):
     def test_base_is_stored_stacked_and_sharded(self):
         model = self.model(scan=True)
         self.assertEqual(model.layer_plan.describe(),
-                         "7 layers: a block of 2 scanned over 3 repeats, 1 more unrolled")
-        self.assertLen(model.blocks, 2)
+                         "10 layers: a block of 3 scanned over 3 repeats, 1 more unrolled")
+        self.assertLen(model.blocks, 2)  # the block's runs: 2 sliding layers, 1 global
         self.assertLen(model.layers, 1)
         unrolled = self.model(scan=False)
-        for position in (0, 1):
-            stacked = model.blocks[position].attn.q_einsum.w.get_value()
-            self.assertEqual(stacked.sharding.spec, P(None, "tp", "fsdp", None))
+        for run, first in ((0, 0), (1, 2)):
+            stacked = model.blocks[run].attn.q_einsum.w.get_value()
+            self.assertEqual(stacked.sharding.spec, P(None, None, "tp", "fsdp", None))
+            self.assertEqual(stacked.shape[:2], (3, 2 - run))
             for repeat in range(3):
-                np.testing.assert_array_equal(
-                    stacked[repeat],
-                    unrolled.layers[2 * repeat + position].attn.q_einsum.w.get_value())
+                for step in range(2 - run):
+                    np.testing.assert_array_equal(
+                        stacked[repeat, step],
+                        unrolled.layers[3 * repeat + first + step].attn.q_einsum.w.get_value())
         np.testing.assert_array_equal(model.layers[0].mlp.up_proj.kernel.get_value(),
-                                      unrolled.layers[6].mlp.up_proj.kernel.get_value())
+                                      unrolled.layers[9].mlp.up_proj.kernel.get_value())
 
     def test_fresh_lora_factors_are_the_same_in_both_layouts(self):
         fresh = {}
@@ -193,13 +203,14 @@ class ScannedModelTest(absltest.TestCase):
         jaxpr = str(jax.make_jaxpr(jax.grad(
             lambda lora: forward.loss_sum(nnx.merge(graphdef, lora, rest), batch)))(lora))
         kernels = re.findall(r"name=splash_mha_(fwd|dkv)", jaxpr)
-        # Traced once each: the block's two layers and the layer after it.
+        # Traced once each: the block's two runs and the layer after it.
         self.assertEqual((kernels.count("fwd"), kernels.count("dkv")), (3, 3))
 
-    def kept_by_scan(self, dtype):
+    def kept_by_scan(self, dtype, scan_runs=True):
         """What the backward pass reads from the forward loop: the stacked (3 repeats)
         arrays that hold a value per token (the model's own variables apart)."""
         model = self.model(scan=True, dtype=dtype)
+        model.scan_runs = scan_runs
         graphdef, lora, rest = nnx.split(model, nnx.LoRAParam, ...)
         _, backward = jax.vjp(
             lambda lora: forward.loss_sum(nnx.merge(graphdef, lora, rest), self.batch), lora)
@@ -209,11 +220,14 @@ class ScannedModelTest(absltest.TestCase):
                 if x.shape[:1] == (3,) and x.size % tokens == 0 and x.shape not in variables]
 
     def test_scan_keeps_one_array_per_projection(self):
-        # Without remat, per layer of the block: its input, each projection's base
-        # matmul output (q, kv or k, o, gate, up, down) and x @ A (rank 8), dense
-        # attention's logits and output: 15. (Every matmul's output, dots_saveable,
-        # is 37 arrays here: LoRA's second products too.)
+        # Without remat, per run of the block (its layers stacked in each array): the
+        # layer's input, each projection's base matmul output (q, kv or k, o, gate,
+        # up, down) and x @ A (rank 8), dense attention's logits and output: 15.
+        # (Every matmul's output, dots_saveable, is 37 arrays here: LoRA's second
+        # products too.)
         self.assertLen(self.kept_by_scan("float32"), 2 * 15)
+        # The block's layers one after another in the loop: 15 per layer.
+        self.assertLen(self.kept_by_scan("float32", scan_runs=False), 3 * 15)
 
     def test_scan_keeps_the_models_dtype(self):
         # LoRA's factors are float32, so a projection's output (base + LoRA's term) is
@@ -224,16 +238,18 @@ class ScannedModelTest(absltest.TestCase):
         self.assertLen(kept, 2 * 15)
         # The rest are bf16: each layer's input and its 6 projections' base outputs.
         # (x @ A is float32 and rank wide; dense attention's softmax is float32.)
-        tokens = self.batch["input_ids"].size
         groups = {(k, self.dims.heads // k) for k in (self.dims.kv_heads,
                                                       self.dims.global_kv_heads)}
-        wide = [x for x in kept if x.size != 3 * tokens * self.lora.rank
-                and not (x.ndim == 6 and x.shape[3:5] in groups)]
+        tokens = 3 * self.batch["input_ids"].size
+        wide = [x for x in kept if x.size not in (tokens * self.lora.rank,
+                                                  2 * tokens * self.lora.rank)
+                and x.shape[-3:-1] not in groups]
         self.assertEqual([str(x.dtype) for x in wide], ["bfloat16"] * 2 * 7,
                          [x.shape for x in wide])
 
     def test_scan_matches_unrolled_within_float32_rounding(self):
         self.assert_close(self.loss_and_grads(scan=True))
+        self.assert_close(self.loss_and_grads(scan=True, scan_runs=False))
 
     def test_every_remat_scope_matches(self):
         for remat in ("layer", "block"):

@@ -62,7 +62,8 @@ def _abstract(tree, shardings):
 def _configure(model, config, mesh):
     model_lib.enable_remat(model, config.remat, config.remat_scope)
     forward.configure(model, forward.Attention.on_mesh(config.attention.kernel,
-                                                       config.attention.block, mesh))
+                                                       config.attention.block, mesh),
+                      scan_runs=config.scan_runs)
 
 
 def _without_dropout(dims, config, mesh):

@@ -24,9 +24,12 @@ scan over the decoder layers' block (training/tpu/layer_scan.py) is counted
 for one repeat, and the scan over each run of layers inside it (`scan_runs`)
 for one layer: the step is compiled again without the runs' scans, and once
 more with two repeats per loop iteration as well; the block's cost is the
-difference, counted once per repeat. (Skipping the blocks instead would also drop the backward pass of
-the output projection, which no LoRA factor would then precede.) compile_test holds
-the scanned FLOPs and time so counted to the unrolled step's.
+difference, counted once per repeat. (Skipping the blocks instead would also
+drop the backward pass of the output projection, which no LoRA factor would
+then precede.) With the runs scanned, the counts are thus those of the same
+layers run one after another: the same FLOPs, but not the inner loop's own
+copies (on a v5e chip its step ran 1.09x slower). compile_test holds the
+scanned FLOPs so counted to the unrolled step's.
 
 XLA's TPU cost model has no time for RngBitGenerator, which draws LoRA
 dropout's masks (`dropout_rng="rbg"`, training/tpu/config_base.py): each such

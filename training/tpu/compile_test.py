@@ -122,7 +122,8 @@ class CompileTest(absltest.TestCase):
 
         def config(accumulation, scan):
             return v5p8_with(**{"data.max_seq_len": 256, "batch.per_device_size": 1,
-                                "batch.effective_size": accumulation, "scan_layers": scan})
+                                "batch.effective_size": accumulation, "scan_layers": scan,
+                                "scan_runs": True})
 
         # compile_step multiplies XLA's counts by the accumulation steps: true only
         # while XLA counts a loop's body once. A change of XLA fails here.

@@ -27,12 +27,14 @@ def tpu_config(recipe, *, model, dtype, fsdp, tp, machine, cpu_devices=0):
     # (training/tpu/layer_scan.py): XLA compiles one layer per type, not every
     # layer. False: every layer unrolled (the same losses; comparison).
     c.scan_layers = True
-    # Scanned: each run of one layer type in the block (31B: 5 sliding-window
-    # layers) under a scan of its own, so XLA compiles 2 layers, not the block's
-    # 6 (31B on v5p-8: 57 s against 99 s of XLA time); False runs the block's
-    # layers one after another in the loop, a faster step (on a v5e chip, 12
-    # layers at half width: 2.41 s against 2.66 s).
-    c.scan_runs = True
+    # Scanned, False: the block's layers one after another in the loop's body.
+    # True: each run of one layer type in the block (31B: 5 sliding-window
+    # layers) under a scan of its own, so XLA compiles 2 layers, not the
+    # block's 6 (31B on v5p-8: 62 s against 101 s of XLA time), but the step is
+    # slower (on a v5e chip, 12 layers at half width: 2.51 s against 2.31 s;
+    # unrolled 2.02 s), and on XLA:CPU's 8 devices a full training run
+    # deadlocked in its collectives (README).
+    c.scan_runs = False
     # With remat: "layer" recomputes each decoder layer in the backward pass,
     # "block" each scanned block as a whole (fewer saved inputs, one block's
     # activations live at a time).

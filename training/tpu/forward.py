@@ -237,7 +237,7 @@ class Gemma4(gemma4.Gemma4):
     blocks = None
     layer_plan = None
     # Each run of the block's layers under a scan of its own (`layer_scan.run`).
-    scan_runs = True
+    scan_runs = False
     # Repeats of the block per iteration of the scan's loop; >1 only for cost
     # analysis (training/tpu/aot.py counts the block from two of them).
     scan_unroll = 1
@@ -285,7 +285,7 @@ class Gemma4(gemma4.Gemma4):
         return logits if cap is None else jnp.tanh(logits / cap) * cap
 
 
-def configure(model, attention, scan_runs=True):
+def configure(model, attention, scan_runs=False):
     """Sets the packed forward pass's attention, and whether the scanned layout scans
     each run of the block's layers, on a `Gemma4` (also a Qwix-wrapped one)."""
     if not isinstance(model, Gemma4):

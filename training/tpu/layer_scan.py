@@ -273,7 +273,7 @@ def stack_module(model, plan):
     return model
 
 
-def run(blocks, x, apply, remat=None, remat_block=False, unroll=1, scan_runs=True):
+def run(blocks, x, apply, remat=None, remat_block=False, unroll=1, scan_runs=False):
     """`apply(layer, x)` through every repeat of `blocks` (each run of the block: one
     decoder layer stacked [repeats, run length]), under one `lax.scan` over the
     repeats (`unroll` repeats per iteration). `remat`: wraps each layer's function

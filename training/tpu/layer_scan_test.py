@@ -196,7 +196,7 @@ class ScannedModelTest(absltest.TestCase):
         # `forward.scanned_saves` keeps what splash attention returns: its backward pass
         # then runs the backward kernel alone, as in the unrolled model.
         model = self.model(scan=True)
-        forward.configure(model, forward.Attention("splash", block=128))
+        forward.configure(model, forward.Attention("splash", block=128), scan_runs=True)
         batch = {name: value[0] for name, value in testing.batch(
             np.random.default_rng(0), 1, 2, 128, self.dims.vocab).items()}
         graphdef, lora, rest = nnx.split(model, nnx.LoRAParam, ...)

@@ -248,16 +248,16 @@ def stack_module(model, plan):
     if not plan.repeats:
         return model
     one_repeat = len(model.layers) == plan.num_layers - plan.scanned + plan.period
-    if one_repeat and plan.repeats > 1 and not all(
-            isinstance(v, jax.ShapeDtypeStruct) for v in jax.tree.leaves(nnx.state(model,
-                                                                                  nnx.Param))):
+    if one_repeat and not all(isinstance(v, jax.ShapeDtypeStruct)
+                              for v in jax.tree.leaves(nnx.state(model, nnx.Param))):
         raise LayoutError("only an abstract model stands for every repeat with one")
     blocks = []
     for run in range(len(plan.runs)):
         indices = plan.indices(run)
         members = [model.layers[plan.layer_path(("blocks", run), (0 if one_repeat else r, i))[1]]
                    for r, i in indices]
-        flats = [dict(nnx.to_flat_state(nnx.state(m))) for m in members]
+        states = {id(m): dict(nnx.to_flat_state(nnx.state(m))) for m in members}
+        flats = [states[id(m)] for m in members]
         shapes = [{p: v.get_value().shape for p, v in flat.items()} for flat in flats]
         for index, other in zip(indices[1:], shapes[1:]):
             if other != shapes[0]:

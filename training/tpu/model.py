@@ -216,8 +216,8 @@ def load(model_dir, dims, mesh, dtype="bfloat16", lora_config=None, seed=0, scan
     # Every parameter's per-layer sources, by its path in the model's layout.
     sources = {}
     for name, tunix_path in gemma4_map.base_names(dims).items():
-        path, repeat = plan.locate(_flat_path(tunix_path))
-        sources.setdefault(path, {}).setdefault(repeat, (name, tunix_path))
+        path, index = plan.locate(_flat_path(tunix_path))
+        sources.setdefault(path, {}).setdefault(index, (name, tunix_path))
     for path, members in sources.items():
         value = (convert(*members[None]) if None in members else
                  layer_scan.stack({index: convert(*m) for index, m in members.items()}))

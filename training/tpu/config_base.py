@@ -23,14 +23,14 @@ def tpu_config(recipe, *, model, dtype, fsdp, tp, machine, cpu_devices=0):
     # time instead of all [micro-batch, T, vocab] at once; 0: all at once.
     c.loss_chunk = 0
     # Decoder layers stored stacked per run of one type in the repeating block and
-    # run under a scan over the block's repeats, with one over each run inside
-    # (training/tpu/layer_scan.py): XLA compiles one layer per type, not every
-    # layer. False: every layer unrolled (the same losses; comparison).
+    # run under a scan over the block's repeats (training/tpu/layer_scan.py):
+    # XLA compiles the block's layers once, not every repeat. False: every
+    # layer unrolled (the same losses; comparison).
     c.scan_layers = True
     # Scanned, False: the block's layers one after another in the loop's body.
     # True: each run of one layer type in the block (31B: 5 sliding-window
     # layers) under a scan of its own, so XLA compiles 2 layers, not the
-    # block's 6 (31B on v5p-8: 62 s against 101 s of XLA time), but the step is
+    # block's 6 (31B on v5p-8: 64 s against 96 s of compile), but the step is
     # slower (on a v5e chip, 12 layers at half width: 2.51 s against 2.31 s;
     # unrolled 2.02 s), and on XLA:CPU's 8 devices a full training run
     # deadlocked in its collectives (README).

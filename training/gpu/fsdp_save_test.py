@@ -9,7 +9,8 @@
 2. Resume: the Trainer's own FSDP2 path (Accelerate's fully_shard, sharded
    DCP checkpoints and their load) run by trainer.train; resuming from the
    step-2 checkpoint must give the uninterrupted run's losses and gradient
-   norms, and the final adapter must load into PEFT.
+   norms, the final adapter must load into PEFT, and every rank must leave
+   its process group before exiting.
 """
 
 import json
@@ -86,6 +87,7 @@ dist.destroy_process_group()
 TRAIN_WORKER = r"""
 import logging, sys
 import accelerate.state
+import torch.distributed
 from accelerate.utils import DistributedType
 
 # Accelerate applies its FSDP plugin only on accelerator device types: a CPU
@@ -106,6 +108,7 @@ config = cpu.get_config()  # remat on, LoRA dropout 0.05: both must resume exact
 config.num_processes, config.fsdp = 2, True
 config.max_steps, config.checkpoint_every_steps = int(sys.argv[2]), 2
 trainer.train(config, sys.argv[1])
+print("process group left:", not torch.distributed.is_initialized())
 """
 
 
@@ -189,6 +192,8 @@ class FsdpSaveTest(absltest.TestCase):
         shutil.rmtree(os.path.join(resumed, "checkpoints", "checkpoint-4"))
         shutil.rmtree(os.path.join(resumed, trainer.ADAPTER))
         outputs = launch(self, TRAIN_WORKER, resumed, str(STEPS))
+        for output in outputs:  # each rank ends its process group itself
+            self.assertIn("process group left: True", output)
         self.assertIn("resuming from", outputs[0])
         self.assertIn("Loading model from", outputs[0])  # Accelerate's sharded load
         want, got = metrics(whole), metrics(resumed)

@@ -338,7 +338,18 @@ def train(config, workdir):
         with (storage.output_dir(final, overwrite=True) if rank == 0
               else contextlib.nullcontext()) as out:
             save_adapter(trainer.model, out, is_main=rank == 0)
+    _leave_process_group()
     return trainer.state.global_step
+
+
+def _leave_process_group():
+    """Ends this rank's part in torch.distributed once every rank is done: left to
+    interpreter exit, the process group's threads are torn down in no set order
+    (one CPU run saw a gloo rank abort with 'terminate called without an active
+    exception' after a finished run)."""
+    if torch.distributed.is_available() and torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
 
 
 def _schedule(optimizer):

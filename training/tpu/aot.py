@@ -275,7 +275,7 @@ def row(dims, config, machine, measured, *, non_padding_fraction, trained_fracti
         "micro_batch": micro_batch, "accumulation": accumulation,
         "sequences_per_step": accumulation * micro_batch, "remat": remat,
         "attention": attention, "attention_block": config.attention.block,
-        "loss_chunk": config.loss_chunk,
+        "loss_chunk": config.loss_chunk, "dropout_rng": config.dropout_rng,
         "per_chip_bytes": per_chip, "hbm_bytes": hbm,
         "hbm_fraction": per_chip / hbm if hbm else None, "fits": per_chip <= HBM_LIMIT * hbm,
         "memory": memory,

@@ -18,10 +18,11 @@ in). They come from the config's data, tokenized with the base's tokenizer,
 unless given with --non_padding_fraction / --trained_fraction.
 --compare_reference also compiles the reference recipe's step on the same
 machine (tp=4 and fsdp over the other chips, one row per replica, 8 rows per
-step padded to the sequence length) and prints the ratio. The step scans over
-the decoder layers' repeating block (`scan_layers`, training/tpu/layer_scan.py);
---compare_unrolled adds the row of the same step with every layer unrolled
-(compiling 60 unrolled layers takes ~13 minutes and ~23 GB of host memory).
+step padded to the sequence length, threefry dropout masks) and prints the
+ratio. A config with `scan_layers` scans over the decoder layers' repeating
+block (training/tpu/layer_scan.py); --compare_unrolled adds the row of the
+same step with every layer unrolled (60 unrolled layers of 31B compile in 5
+to 6 minutes on 2 cores and take ~13 GB of host memory).
 compile.json also records the process's peak host memory.
 """
 
@@ -96,12 +97,14 @@ def _fractions(config, base_name, non_padding, trained):
 def reference_config(config, chips):
     """`config` changed to the reference's step at the same sequence length, on
     `chips` chips: tp=4 (fsdp over the rest), one row per replica, 8 padded rows
-    per step, remat, dense attention and all logits at once."""
+    per step, remat, dense attention, all logits at once, and dropout masks from
+    JAX's default generator (threefry2x32), as Tunix draws them."""
     reference = config.copy_and_resolve_references()
     reference.mesh.fsdp, reference.mesh.tp = max(1, chips // 4), 4
     reference.batch.per_device_size, reference.batch.effective_size = 1, 8
     reference.data.packing = False
     reference.remat, reference.attention.kernel, reference.loss_chunk = True, "dense", 0
+    reference.dropout_rng = "threefry2x32"
     return reference
 
 

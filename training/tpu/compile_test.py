@@ -210,9 +210,12 @@ class CompileTest(absltest.TestCase):
                 ours["predicted_trained_tokens_per_s"] / reference[
                     "predicted_trained_tokens_per_s"])
             self.assertIn("ours / reference", done.stdout)
-            # The reference: dense attention, all logits; ours: v5p8.py's splash kernel.
+            # The reference: dense attention, all logits, JAX's default dropout generator;
+            # ours: v5p8.py's splash kernel and rbg masks.
             self.assertEqual((reference["attention"], reference["loss_chunk"], ours["attention"]),
                              ("dense", 0, "splash"))
+            self.assertEqual((reference["dropout_rng"], ours["dropout_rng"]),
+                             ("threefry2x32", "rbg"))
             self.assertEqual(reference["analytic_kernels"], [])
             self.assertIn("counted by hand", done.stdout)
 

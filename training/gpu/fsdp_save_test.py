@@ -11,10 +11,14 @@
    step-2 checkpoint must give the uninterrupted run's losses and gradient
    norms, the final adapter must load into PEFT, and every rank must leave
    its process group before exiting.
+3. Preemption: a SIGTERM that reaches one rank only stops both at the same
+   step, with one checkpoint saved by both (no rank left waiting in a
+   collective the other never joins).
 """
 
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -85,7 +89,7 @@ dist.destroy_process_group()
 
 
 TRAIN_WORKER = r"""
-import logging, sys
+import logging, os, signal, sys, threading, time
 import accelerate.state
 import torch.distributed
 from accelerate.utils import DistributedType
@@ -107,6 +111,12 @@ from training.gpu.configs import cpu
 config = cpu.get_config()  # remat on, LoRA dropout 0.05: both must resume exactly
 config.num_processes, config.fsdp = 2, True
 config.max_steps, config.checkpoint_every_steps = int(sys.argv[2]), 2
+if sys.argv[3:] == ["sigterm_rank_1"] and os.environ["RANK"] == "1":
+    def preempt():  # rank 1 alone, once the run has logged a step
+        while not os.path.exists(os.path.join(sys.argv[1], "metrics.jsonl")):
+            time.sleep(0.05)
+        os.kill(os.getpid(), signal.SIGTERM)
+    threading.Thread(target=preempt, daemon=True).start()
 trainer.train(config, sys.argv[1])
 print("process group left:", not torch.distributed.is_initialized())
 """
@@ -212,6 +222,19 @@ class FsdpSaveTest(absltest.TestCase):
                                        err_msg=name)
         peft_load(self, factors, saved,
                   transformers.AutoModelForCausalLM.from_pretrained(os.path.join(whole, "base_model")))
+
+    def test_a_sigterm_on_one_rank_stops_every_rank_at_one_checkpoint(self):
+        workdir = os.path.join(self.create_tempdir().full_path, "run")
+        outputs = launch(self, TRAIN_WORKER, workdir, "40", "sigterm_rank_1")
+        stopped = [re.findall(r"SIGTERM: saved a checkpoint at step (\d+)", o) for o in outputs]
+        self.assertLen(stopped[0], 1, outputs[0][-3000:])
+        self.assertEqual(stopped[0], stopped[1])  # the same step on both ranks
+        step = int(stopped[0][0])
+        self.assertLess(step, 40)
+        self.assertIn(f"checkpoint-{step}", os.listdir(os.path.join(workdir, "checkpoints")))
+        self.assertFalse(os.path.exists(os.path.join(workdir, trainer.ADAPTER)))
+        for output in outputs:
+            self.assertIn("process group left: True", output)
 
 
 def metrics(workdir):

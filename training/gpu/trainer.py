@@ -158,9 +158,25 @@ class _AdapterCheckpoints(TrainerCallback):
         save_adapter(model, out_dir, self._is_main)
 
 
+def _distributed():
+    return torch.distributed.is_available() and torch.distributed.is_initialized()
+
+
 def _barrier():
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
+    if _distributed():
         torch.distributed.barrier()
+
+
+def _any_rank(flag):
+    """True when `flag` is set on any rank: every rank must stop, and save its
+    shards, at the same step (a VM's SIGTERM reaches its processes at slightly
+    different times)."""
+    if not _distributed():
+        return flag
+    on_gpu = torch.distributed.get_backend() == "nccl"
+    value = torch.tensor([int(flag)], device=torch.cuda.current_device() if on_gpu else "cpu")
+    torch.distributed.all_reduce(value, op=torch.distributed.ReduceOp.MAX)
+    return bool(value.item())
 
 
 class BucketCheckpoints(TrainerCallback):
@@ -210,7 +226,8 @@ class _RunCallback(TrainerCallback):
         self._writer = None
         self._started = None
         self._elapsed = 0.0
-        self.preemption = lifecycle.Preemption()
+        self.preemption = lifecycle.Preemption(agree=_any_rank)
+        self.preempted = False  # whether the run stopped for a SIGTERM on any rank
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._writer = run_dir_lib.MetricsWriter(self._run.workdir, resume_step=state.global_step,
@@ -228,6 +245,7 @@ class _RunCallback(TrainerCallback):
             eval_loss, eval_tokens = evaluate(kwargs["model"], self._run, args.device)
             self._writer.write_eval(state.global_step, eval_loss, eval_tokens)
         if self.preemption.stop():
+            self.preempted = True
             control.should_save = True
             control.should_training_stop = True
 
@@ -331,7 +349,7 @@ def train(config, workdir):
     if resume:
         log.info("resuming from %s", resume)
     trainer.train(resume_from_checkpoint=resume)
-    if callback.preemption.requested:
+    if callback.preempted:
         log.warning("SIGTERM: saved a checkpoint at step %d, exiting", trainer.state.global_step)
     else:  # every rank: the LoRA shards are gathered collectively
         final = storage.join(workdir, ADAPTER)
@@ -347,7 +365,7 @@ def _leave_process_group():
     interpreter exit, the process group's threads are torn down in no set order
     (one CPU run saw a gloo rank abort with 'terminate called without an active
     exception' after a finished run)."""
-    if torch.distributed.is_available() and torch.distributed.is_initialized():
+    if _distributed():
         torch.distributed.barrier()
         torch.distributed.destroy_process_group()
 

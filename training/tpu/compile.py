@@ -21,8 +21,8 @@ machine (tp=4 and fsdp over the other chips, one row per replica, 8 rows per
 step padded to the sequence length, threefry dropout masks) and prints the
 ratio. A config with `scan_layers` scans over the decoder layers' repeating
 block (training/tpu/layer_scan.py); --compare_unrolled adds the row of the
-same step with every layer unrolled (60 unrolled layers of 31B compile in 5
-to 6 minutes on 2 cores and take ~13 GB of host memory).
+same step with every layer unrolled (60 unrolled layers of 31B compile in about
+5 to 6 minutes on 2 cores and take ~13 GB of host memory).
 compile.json also records the process's peak host memory.
 """
 
@@ -98,7 +98,8 @@ def reference_config(config, chips):
     """`config` changed to the reference's step at the same sequence length, on
     `chips` chips: tp=4 (fsdp over the rest), one row per replica, 8 padded rows
     per step, remat, dense attention, all logits at once, and dropout masks from
-    JAX's default generator (threefry2x32), as Tunix draws them."""
+    JAX's default generator (threefry2x32), as Tunix draws them. Its LoRA
+    factors are float32, as ours (Qwix's default, the reference's, is bf16)."""
     reference = config.copy_and_resolve_references()
     reference.mesh.fsdp, reference.mesh.tp = max(1, chips // 4), 4
     reference.batch.per_device_size, reference.batch.effective_size = 1, 8

@@ -49,6 +49,7 @@ import gc
 import glob
 import logging
 import os
+import resource
 import time
 
 from common import cli
@@ -234,6 +235,7 @@ def compile_step(dims, config, machine):
         raise AotError(f"topology {machine.topology} has {len(devices)} chips, the machine "
                        f"table says {machine.chips} for {machine.name}")
     seconds, memory, counted = _compile_costs(dims, config, devices)
+    host_peak = host_peak_bytes()  # before the compiles that only count the scan
     log.info("compiled in %.0fs", seconds)
     counted, scan = scan_trip_count(dims, config, devices, counted)
     steps = accumulation  # the accumulation scan's body is counted once (module docstring)
@@ -243,8 +245,14 @@ def compile_step(dims, config, machine):
         "xla_bytes_accessed": counted["bytes accessed"] * steps * machine.chips,
         "optimal_seconds": counted["optimal_seconds"] * steps,
         "compile_seconds": seconds,
+        "host_peak_bytes": host_peak,
         "scan": scan,
     }
+
+
+def host_peak_bytes():
+    """This process's peak resident memory so far (every compile it ran)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
 
 
 def row(dims, config, machine, measured, *, non_padding_fraction, trained_fraction):
@@ -296,6 +304,10 @@ def row(dims, config, machine, measured, *, non_padding_fraction, trained_fracti
                           if tokens_per_s else None),
         "analytic_kernels": kernels,
         "compile_seconds": measured["compile_seconds"],
+        # The process's high-water mark once this step was compiled: the step's own
+        # peak when it is the process's first compile (the scanned row of
+        # --compare_unrolled), else at most the largest compile so far.
+        "host_peak_bytes": measured["host_peak_bytes"],
         "scan_layers": bool(config.scan_layers), "scan": measured["scan"],
     }
 

@@ -203,8 +203,12 @@ class CompileTest(absltest.TestCase):
             for field in ("topology", "mesh", "seq_len", "per_chip_bytes", "hbm_bytes",
                           "planner_bytes", "xla_flops", "model_flops", "optimal_seconds",
                           "predicted_tokens_per_s", "predicted_trained_tokens_per_s",
-                          "predicted_mfu", "compile_seconds"):
+                          "predicted_mfu", "compile_seconds", "host_peak_bytes"):
                 self.assertIn(field, ours)
+            # Each row's high-water mark is taken when its step is compiled, in order.
+            self.assertLess(0, reference["host_peak_bytes"])
+            self.assertLessEqual(reference["host_peak_bytes"], ours["host_peak_bytes"])
+            self.assertLessEqual(ours["host_peak_bytes"], result["host_peak_bytes"])
             self.assertAlmostEqual(
                 result["trained_tokens_per_s_ratio"],
                 ours["predicted_trained_tokens_per_s"] / reference[

@@ -41,9 +41,10 @@ def get_config():
     # Unrolled: the scan compiles 31B in 0.34x the time (0.20x with
     # --config.scan_runs=True), but on a v5e chip the scanned step ran 1.14x
     # slower without remat (1.25x with the runs scanned; 1.08x without LoRA
-    # dropout, whose masks its backward pass draws again), and XLA predicts
-    # 1.26x for 31B: its loops copy the values kept for the backward pass in
-    # and out of their stacks (README, compile section).
+    # dropout, whose masks its backward pass draws again; 1.13x at quarter
+    # width with 2 and with 4 repeats alike), and XLA predicts 1.26x for 31B:
+    # its loops copy the values kept for the backward pass in and out of their
+    # stacks (README, compile section).
     # --config.scan_layers=True scans.
     c.scan_layers = False
     return c

@@ -42,9 +42,10 @@ def get_config():
     # --config.scan_runs=True), but on a v5e chip the scanned step ran 1.14x
     # slower without remat (1.25x with the runs scanned; 1.08x without LoRA
     # dropout, whose masks its backward pass draws again; 1.13x at quarter
-    # width with 2 and with 4 repeats alike), and XLA predicts 1.26x for 31B:
-    # its loops copy the values kept for the backward pass in and out of their
-    # stacks (README, compile section).
+    # width with 2 and with 4 repeats alike): its loops copy the values kept
+    # for the backward pass in and out of their stacks. XLA predicts 1.26x for
+    # 31B, which overstates: its estimate grows with the repeats, the chip's
+    # gap does not (README, compile section).
     # --config.scan_layers=True scans.
     c.scan_layers = False
     return c

@@ -32,11 +32,14 @@ copies (on a v5e chip its step ran 1.09x slower). compile_test holds the
 scanned FLOPs so counted to the unrolled step's.
 
 XLA's TPU cost model has no time for RngBitGenerator, which draws LoRA
-dropout's masks (`dropout_rng="rbg"`, training/tpu/config_base.py): each such
-instruction adds -1 s, its "unknown", to the step's estimate. `cost` takes
-those back out, so the generator's own time is not in the estimate (at 2
-layers of `v5p8.py` the estimate is then 0.0455 s against threefry's
-0.0432 s; on a v5e chip, rbg's step ran in 0.90x threefry's).
+dropout's masks (`dropout_rng="rbg"`, training/tpu/config_base.py), nor for
+the custom calls that split and combine its 64-bit state: each generator adds
+-1 s, its "unknown", to the step's estimate, and with `dropout_rng_per_chip`
+(each chip's generator seeded with a constant of its own) three more, for the
+state split in two, offset and combined again. `cost` takes those back out,
+so the generator's own time is not in the estimate (at 2 layers of `v5p8.py`
+the estimate is then 0.0455 s against threefry's 0.0432 s; on a v5e chip,
+rbg's step ran in 0.90x threefry's).
 
 Online, libtpu is this target's dependency (the train_tpu hub). Offline it
 lives outside the CPU training virtualenv (`.venvs/libtpu`, built from
@@ -150,17 +153,27 @@ def per_chip_bytes(memory):
     return memory["argument"] + memory["output"] - memory["alias"] + memory["temp"]
 
 
-_UNKNOWN_COST = " rng-bit-generator("  # an HLO instruction XLA's TPU cost model counts -1 s
+def _unknown_costs(hlo):
+    """How many -1 s XLA's TPU cost model put in a program's estimate: one per
+    RngBitGenerator and one per custom call on its 64-bit state, but for the
+    combine that hands each generator its state (counted on libtpu 0.0.42.1:
+    12 generators in 2 layers of `v5p8.py`, -12 s; with
+    `dropout_rng_per_chip`, 12 more combines and 24 splits, -48 s)."""
+    generators = hlo.count(" rng-bit-generator(")
+    splits = (hlo.count('custom_call_target="X64SplitLow"')
+              + hlo.count('custom_call_target="X64SplitHigh"'))
+    combines = hlo.count('custom_call_target="X64Combine"')
+    return generators + splits + max(0, combines - generators)
 
 
 def cost(compiled):
     """XLA's cost analysis of one compiled program, per chip, as a dict; its
-    estimate without the -1 s of each RngBitGenerator (module docstring)."""
+    estimate without the -1 s of what it cannot cost (module docstring)."""
     analysis = compiled.cost_analysis()
     if isinstance(analysis, (list, tuple)):  # older JAX: one dict per program
         analysis = analysis[0]
     analysis = dict(analysis or {})
-    unknown = compiled.as_text().count(_UNKNOWN_COST)
+    unknown = _unknown_costs(compiled.as_text())
     if unknown and "optimal_seconds" in analysis:
         analysis["optimal_seconds"] += unknown
     return analysis
@@ -284,6 +297,7 @@ def row(dims, config, machine, measured, *, non_padding_fraction, trained_fracti
         "sequences_per_step": accumulation * micro_batch, "remat": remat,
         "attention": attention, "attention_block": config.attention.block,
         "loss_chunk": config.loss_chunk, "dropout_rng": config.dropout_rng,
+        "dropout_rng_per_chip": bool(config.dropout_rng_per_chip),
         "per_chip_bytes": per_chip, "hbm_bytes": hbm,
         "hbm_fraction": per_chip / hbm if hbm else None, "fits": per_chip <= HBM_LIMIT * hbm,
         "memory": memory,

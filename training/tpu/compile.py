@@ -105,7 +105,9 @@ def reference_config(config, chips):
     reference.batch.per_device_size, reference.batch.effective_size = 1, 8
     reference.data.packing = False
     reference.remat, reference.attention.kernel, reference.loss_chunk = True, "dense", 0
-    reference.dropout_rng = "threefry2x32"
+    # (libtpu's per-chip generator flag, if ours asks for it, is the process's,
+    # but threefry draws no generator's bits.)
+    reference.dropout_rng, reference.dropout_rng_per_chip = "threefry2x32", False
     return reference
 
 
@@ -127,9 +129,11 @@ def main(argv):
     from common import machines  # pylint: disable=import-outside-toplevel
     from training.formats import base_model  # pylint: disable=import-outside-toplevel
     from training.formats import gemma4_map  # pylint: disable=import-outside-toplevel
+    from training.tpu import libtpu_flags  # pylint: disable=import-outside-toplevel
     from training.tpu import mesh_plan  # pylint: disable=import-outside-toplevel
 
     config = _CONFIG.value
+    libtpu_flags.use(config)  # before libtpu starts
     workdir = config_cli.user_path(_WORKDIR.value)
     machine = machines.get(config.machine)
     base_name = _BASE_CONFIG.value or config.model.name

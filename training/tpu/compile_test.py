@@ -10,6 +10,7 @@ planner and to flops.py; the binary's test compiles the reference's settings
 import dataclasses
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -29,6 +30,7 @@ from common import machines
 from training.common import hparams
 from training.formats import base_model
 from training.formats import gemma4_map
+from training.tpu import libtpu_flags
 from training.tpu import mesh_plan
 from training.tpu.configs import v5p8
 
@@ -52,6 +54,30 @@ def v5p8_with(**overrides):
     config = v5p8.get_config()
     config.update_from_flattened_dict(overrides)
     return config
+
+
+def compile_dropout(per_chip):
+    """Compiles a dropout mask over an input sharded 4 ways (v5p-8's tp) in this
+    process, `dropout_rng_per_chip` as given: each generator's output shape, XLA's
+    estimate and `aot.cost`'s. Run in a process of its own (libtpu's flags)."""
+    libtpu_flags.use(v5p8_with(dropout_rng_per_chip=per_chip))
+    mesh = jax.sharding.Mesh(aot.topology_devices(V5P8.topology), ("tp",))
+    split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, "tp"))
+    key = jax.eval_shape(lambda: jax.random.key(0, impl="rbg"))
+
+    def dropout(key, x):
+        return jnp.where(jax.random.bernoulli(key, 0.95, x.shape), x / 0.95, 0)
+
+    compiled = jax.jit(dropout, out_shardings=split).lower(
+        jax.ShapeDtypeStruct(key.shape, key.dtype,
+                             sharding=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())),
+        jax.ShapeDtypeStruct((256, 4096), jnp.bfloat16, sharding=split)).compile()
+    xla = compiled.cost_analysis()
+    xla = xla[0] if isinstance(xla, (list, tuple)) else xla
+    return {"generated": re.findall(r"= u32\[([0-9,]+)\]\S* rng-bit-generator\(",
+                                    compiled.as_text()),
+            "xla_seconds": xla["optimal_seconds"],
+            "seconds": aot.cost(compiled)["optimal_seconds"]}
 
 
 class CompileTest(absltest.TestCase):
@@ -112,6 +138,29 @@ class CompileTest(absltest.TestCase):
         corrected = aot.cost(compiled)["optimal_seconds"]
         self.assertAlmostEqual(corrected, xla["optimal_seconds"] + 1)
         self.assertGreater(corrected, 0)
+
+    def test_per_chip_masks_draw_each_chips_part_and_are_costed_like_whole_ones(self):
+        results = {}
+        for per_chip in (False, True):
+            env = {k: v for k, v in os.environ.items() if k != "LIBTPU_INIT_ARGS"}
+            done = subprocess.run(
+                [sys.executable, "-c", "import json, sys; from training.tpu import "
+                 "compile_test; print(json.dumps(compile_test.compile_dropout("
+                 f"{per_chip})))"],
+                capture_output=True, text=True, timeout=300,
+                env=dict(env, PYTHONPATH=os.pathsep.join(sys.path)))
+            self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+            results[per_chip] = json.loads(done.stdout.strip().splitlines()[-1])
+        whole, part = results[False], results[True]
+        # Without the flag every chip draws the whole mask; with it, its quarter.
+        self.assertEqual(whole["generated"], ["256,4096"])
+        self.assertEqual(part["generated"], ["256,1024"])
+        # One unknown (-1 s) for the generator; three more for its state's offset.
+        self.assertAlmostEqual(whole["seconds"], whole["xla_seconds"] + 1, places=4)
+        self.assertAlmostEqual(part["seconds"], part["xla_seconds"] + 4, places=4)
+        for result in (whole, part):
+            self.assertGreater(result["seconds"], 0)
+            self.assertLess(result["seconds"], 1e-3)
 
     def test_loops_are_counted_once_and_the_layer_scan_once_per_repeat(self):
         # Small widths, (sliding, sliding, global) twice: scanned, a block of 3 over 2

@@ -45,6 +45,16 @@ def tpu_config(recipe, *, model, dtype, fsdp, tp, machine, cpu_devices=0):
     # and ran 1.11x as long with it; README, "The 31B step compiled"). Any of
     # jax.random.key's implementations; step keys fold the step into `seed`'s.
     c.dropout_rng = "rbg"
+    # On a slice, rbg's generator is not split across chips: every chip draws
+    # each mask whole and keeps its own part (on v5p-8, tp=4: 43% of each chip's
+    # random words are thrown away). True sets libtpu's
+    # --xla_tpu_spmd_rng_bit_generator_unsafe=true (LIBTPU_INIT_ARGS, before
+    # JAX starts): each chip draws only its part, from the key plus a constant
+    # of its own, so the masks then depend on the mesh (the same mesh draws
+    # the same masks). Off by default: it cuts the random words per chip 4x on
+    # v5p-8, but its speed is not yet measured on a slice. No effect on one
+    # chip or with threefry2x32, whose masks are computed per chip already.
+    c.dropout_rng_per_chip = False
     c.log_every = 1
     c.max_steps = 0  # 0: the whole data set (epochs x rows / effective batch)
     # JAX's persistent compilation cache in RUN_DIR/compilation_cache (a bucket

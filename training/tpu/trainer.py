@@ -28,6 +28,7 @@ from training.formats import gemma4_map
 from training.formats import orbax_lora
 from training.tpu import checkpoints as checkpoints_lib
 from training.tpu import layer_scan
+from training.tpu import libtpu_flags
 from training.tpu import mesh_plan
 from training.tpu import model as model_lib
 from training.tpu import optimizer as optimizer_lib
@@ -48,6 +49,7 @@ def setup_devices(config):
     Then refuses a config for TPU chips this process does not see, before anything
     is read or downloaded.
     """
+    libtpu_flags.use(config)
     if machines.get(config.machine).platform == "cpu":
         # A CPU config runs JAX on CPU also where libtpu is installed (the TPU
         # image on a CPU host): JAX would otherwise start libtpu, which aborts

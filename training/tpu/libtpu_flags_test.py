@@ -1,0 +1,46 @@
+"""The libtpu flags a config asks for reach LIBTPU_INIT_ARGS once, before JAX starts."""
+
+import os
+from unittest import mock
+
+from absl.testing import absltest
+from jax._src import xla_bridge
+from ml_collections import config_dict
+
+from common import cli
+from training.tpu import libtpu_flags
+
+
+def config(per_chip):
+    return config_dict.ConfigDict({"dropout_rng_per_chip": per_chip})
+
+
+class UseTest(absltest.TestCase):
+
+    def setUp(self):
+        super().setUp()
+        self.enter_context(mock.patch.dict(os.environ, {"LIBTPU_INIT_ARGS": "--xla_foo=1"}))
+        self.started = self.enter_context(
+            mock.patch.object(xla_bridge, "backends_are_initialized", return_value=False))
+
+    def test_nothing_asked_leaves_the_environment_alone(self):
+        libtpu_flags.use(config(False))
+        self.assertEqual(os.environ["LIBTPU_INIT_ARGS"], "--xla_foo=1")
+
+    def test_per_chip_masks_add_the_flag_once_after_the_users_own(self):
+        libtpu_flags.use(config(True))
+        libtpu_flags.use(config(True))
+        self.assertEqual(os.environ["LIBTPU_INIT_ARGS"],
+                         f"--xla_foo=1 {libtpu_flags.PER_CHIP_RNG}")
+
+    def test_refused_once_jax_has_started_unless_already_given(self):
+        self.started.return_value = True
+        with self.assertRaisesRegex(cli.UserError, "before JAX starts"):
+            libtpu_flags.use(config(True))
+        self.assertEqual(os.environ["LIBTPU_INIT_ARGS"], "--xla_foo=1")
+        os.environ["LIBTPU_INIT_ARGS"] = libtpu_flags.PER_CHIP_RNG
+        libtpu_flags.use(config(True))  # given before the process started: nothing to do
+
+
+if __name__ == "__main__":
+    absltest.main()

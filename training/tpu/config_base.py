@@ -46,8 +46,8 @@ def tpu_config(recipe, *, model, dtype, fsdp, tp, machine, cpu_devices=0):
     # jax.random.key's implementations; step keys fold the step into `seed`'s.
     c.dropout_rng = "rbg"
     # On a slice, rbg's generator is not split across chips: every chip draws
-    # each mask whole and keeps its own part (on v5p-8, tp=4: 43% of each chip's
-    # random words are thrown away). True sets libtpu's
+    # each mask whole and keeps its own part (on v5p-8, tp=4: three quarters
+    # of each chip's random words are thrown away). True sets libtpu's
     # --xla_tpu_spmd_rng_bit_generator_unsafe=true (LIBTPU_INIT_ARGS, before
     # JAX starts): each chip draws only its part, from the key plus a constant
     # of its own, so the masks then depend on the mesh (the same mesh draws

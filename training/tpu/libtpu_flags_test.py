@@ -5,6 +5,7 @@ from unittest import mock
 
 from absl.testing import absltest
 from jax._src import xla_bridge
+from jax._src.lib import xla_client
 from ml_collections import config_dict
 
 from common import cli
@@ -22,6 +23,8 @@ class UseTest(absltest.TestCase):
         self.enter_context(mock.patch.dict(os.environ, {"LIBTPU_INIT_ARGS": "--xla_foo=1"}))
         self.started = self.enter_context(
             mock.patch.object(xla_bridge, "backends_are_initialized", return_value=False))
+        self.loaded = self.enter_context(
+            mock.patch.object(xla_client, "pjrt_plugin_loaded", return_value=False))
 
     def test_nothing_asked_leaves_the_environment_alone(self):
         libtpu_flags.use(config(False))
@@ -40,6 +43,12 @@ class UseTest(absltest.TestCase):
         self.assertEqual(os.environ["LIBTPU_INIT_ARGS"], "--xla_foo=1")
         os.environ["LIBTPU_INIT_ARGS"] = libtpu_flags.PER_CHIP_RNG
         libtpu_flags.use(config(True))  # given before the process started: nothing to do
+
+    def test_refused_once_a_compile_only_topology_has_loaded_libtpu(self):
+        self.loaded.return_value = True  # no backend started, but libtpu read its flags
+        with self.assertRaisesRegex(cli.UserError, "before JAX starts"):
+            libtpu_flags.use(config(True))
+        self.loaded.assert_called_with("tpu")
 
 
 if __name__ == "__main__":

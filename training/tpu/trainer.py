@@ -49,12 +49,13 @@ def setup_devices(config):
     Then refuses a config for TPU chips this process does not see, before anything
     is read or downloaded.
     """
-    libtpu_flags.use(config)
     if machines.get(config.machine).platform == "cpu":
         # A CPU config runs JAX on CPU also where libtpu is installed (the TPU
         # image on a CPU host): JAX would otherwise start libtpu, which aborts
         # without TPU chips (//tests:training_image_test).
         jax.config.update("jax_platforms", "cpu")
+    else:
+        libtpu_flags.use(config)
     if config.cpu_devices:
         jax.config.update("jax_num_cpu_devices", config.cpu_devices)
     dist = config.distributed

@@ -63,14 +63,14 @@ def compile_dropout(per_chip):
     libtpu_flags.use(v5p8_with(dropout_rng_per_chip=per_chip))
     mesh = jax.sharding.Mesh(aot.topology_devices(V5P8.topology), ("tp",))
     split = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec(None, "tp"))
+    replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     key = jax.eval_shape(lambda: jax.random.key(0, impl="rbg"))
 
     def dropout(key, x):
         return jnp.where(jax.random.bernoulli(key, 0.95, x.shape), x / 0.95, 0)
 
     compiled = jax.jit(dropout, out_shardings=split).lower(
-        jax.ShapeDtypeStruct(key.shape, key.dtype,
-                             sharding=jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())),
+        jax.ShapeDtypeStruct(key.shape, key.dtype, sharding=replicated),
         jax.ShapeDtypeStruct((256, 4096), jnp.bfloat16, sharding=split)).compile()
     xla = compiled.cost_analysis()
     xla = xla[0] if isinstance(xla, (list, tuple)) else xla

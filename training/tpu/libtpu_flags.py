@@ -3,10 +3,10 @@
 libtpu reads LIBTPU_INIT_ARGS once, when it is loaded (a JAX backend's start,
 or a compile-only topology), so `use` must come before either:
 `trainer.setup_devices` (sft and the benchmarks, for a TPU config: a CPU
-config never loads libtpu) and `//training/tpu:compile` call it first. A flag given in the
-environment already is kept, and not given twice. JAX's persistent compilation
-cache keys on LIBTPU_INIT_ARGS, so a step compiled with other flags is not
-loaded from it.
+config never loads libtpu) and `//training/tpu:compile` call it first. A flag
+given in the environment already is kept, and not given twice. JAX's
+persistent compilation cache keys on LIBTPU_INIT_ARGS, so a step compiled with
+other flags is not loaded from it.
 """
 
 import logging

@@ -1,9 +1,12 @@
 """The libtpu flags a config asks for reach LIBTPU_INIT_ARGS once, before JAX starts."""
 
 import os
+import subprocess
+import sys
 from unittest import mock
 
 from absl.testing import absltest
+from absl.testing import parameterized
 from jax._src import xla_bridge
 from jax._src.lib import xla_client
 from ml_collections import config_dict
@@ -49,6 +52,29 @@ class UseTest(absltest.TestCase):
         with self.assertRaisesRegex(cli.UserError, "before JAX starts"):
             libtpu_flags.use(config(True))
         self.loaded.assert_called_with("tpu")
+
+
+class BinariesTest(parameterized.TestCase):
+    """The binaries that start libtpu give it a config's flags before anything else:
+    each logs the flag, then stops at its first check on this CPU machine (not at
+    `use`'s refusal, which a call after JAX's start would meet)."""
+
+    @parameterized.named_parameters(
+        ("sft", "training.tpu.sft", [], "machine tpu-v5p-8 needs 4 TPU chips"),
+        ("compile", "training.tpu.compile", ["--base_config=/nonexistent/g4"],
+         "is neither a config.json"))
+    def test_per_chip_flag_is_set_before_the_first_check(self, module, args, error):
+        tmp = self.create_tempdir().full_path
+        env = {k: v for k, v in os.environ.items() if k != "LIBTPU_INIT_ARGS"}
+        env.update(PYTHONPATH=os.pathsep.join(sys.path), JAX_PLATFORMS="cpu",
+                   HF_HUB_OFFLINE="1")
+        done = subprocess.run(
+            [sys.executable, "-m", module, "--config=v5p8.py",
+             "--config.dropout_rng_per_chip=True", f"--workdir={tmp}/w", *args],
+            env=env, capture_output=True, text=True, timeout=240, cwd=tmp, check=False)
+        self.assertEqual(done.returncode, 1, done.stderr[-3000:])
+        self.assertIn(f"LIBTPU_INIT_ARGS={libtpu_flags.PER_CHIP_RNG}\n", done.stderr)
+        self.assertIn(error, done.stderr)
 
 
 if __name__ == "__main__":

@@ -102,6 +102,19 @@ MLP_TENSORS = 3  # [tokens, F / tp] in the base dtype: gate, up and their produc
 LOGIT_BYTES = 3  # per [token, vocab / tp] entry: between bf16 logits and an fp32 copy
 # With fsdp > 1: all-gathered copies of the embedding and a layer.
 GATHERED_COPIES = 3
+# Unrolled, without remat, XLA also keeps attention's q, k and v twice, in
+# float32 (their norms' inputs) and in the base dtype (normed and rotated,
+# what attention reads); the output and down projections' sums (base output
+# plus LoRA's float32 term) in float32, scattered to the chip's D / tp, for
+# the norms after them; and each LoRA dropout mask drawn by XLA's generator
+# (`rbg`; threefry's are hashed again in the backward pass): a byte per
+# element of the projection's input, a model-width input's cut to the chip's
+# D / tp.
+# Read off the optimized HLO of v5p8.py's unrolled step: the values live at
+# its peak, 2 and 12 layers (README, "Scanned layers").
+QKV_BYTES = 4  # the float32 copy, besides the base dtype's
+SUM_BYTES = 4
+MASK_BYTES = 1
 
 
 def _scanned_kept(dims, layers, tokens, tp, base_bytes, scores, lora_rank, tunix_modules):
@@ -122,8 +135,27 @@ def _scanned_kept(dims, layers, tokens, tp, base_bytes, scores, lora_rank, tunix
     return kept + len(layers) * scores
 
 
+def _unrolled_kept(dims, layer, tokens, tp, base_bytes, tunix_modules, dropout_masks):
+    """Bytes an unrolled layer keeps besides `STREAM_TENSORS` and `MLP_TENSORS`:
+    q, k and v in float32 and in the base dtype, attention's output, the LoRA
+    output and down projections' float32 sums, and each LoRA projection's
+    dropout mask."""
+    attn = dims.attention(layer)
+    query = dims.heads * attn.head_dim / tp
+    key_value = (1 if attn.k_eq_v else 2) * attn.kv_heads * attn.head_dim / tp
+    kept = (query + key_value) * (QKV_BYTES + base_bytes) + query * base_bytes
+    kept += SUM_BYTES * dims.embed / tp * sum(
+        module in tunix_modules for module in ("attn_vec_einsum", "down_proj"))
+    if dropout_masks:
+        absent = "kv_einsum" if attn.k_eq_v else "k_einsum"
+        inputs = {"attn_vec_einsum": query, "down_proj": dims.mlp / tp}  # else model-wide
+        kept += MASK_BYTES * sum(inputs.get(module, dims.embed / tp)
+                                 for module in tunix_modules if module != absent)
+    return kept * tokens
+
+
 def hbm_estimate(dims, mesh, *, seq_len, micro_batch, base_bytes, lora_rank, tunix_modules,
-                 remat=True, attention="dense", scanned_layers=0):
+                 remat=True, attention="dense", scanned_layers=0, dropout_masks=False):
     """Bytes per chip by component: base weights, LoRA, optimizer state, activations.
 
     A planning figure, checked against XLA's own buffer assignment for the
@@ -132,10 +164,12 @@ def hbm_estimate(dims, mesh, *, seq_len, micro_batch, base_bytes, lora_rank, tun
     keeps two float32 moments and the gradients one copy of the LoRA factors.
     A layer's backward pass needs `STREAM_TENSORS` fp32 D-wide tensors,
     `MLP_TENSORS` MLP hidden tensors and, with dense attention, one fp32 copy
-    of its T x T scores (heads split over tp; splash attention keeps none).
-    Without remat every layer keeps that (the first `scanned_layers`, run by
-    the scan's loop: what it keeps instead, `_scanned_kept`); with remat every
-    layer keeps only its input and one layer at a time is recomputed. The
+    of its T x T scores (heads split over tp; splash attention keeps none),
+    and what XLA keeps of attention and LoRA (`_unrolled_kept`; dropout's
+    masks with `dropout_masks`). Without remat every layer keeps that (the
+    first `scanned_layers`, run by the scan's loop: what it keeps instead,
+    `_scanned_kept`); with remat every layer keeps only its input and one
+    layer at a time is recomputed. The
     output projection adds `LOGIT_BYTES` per logit. With fsdp > 1, weights are
     all-gathered before use: `GATHERED_COPIES` of the embedding and one layer,
     split over tp.
@@ -146,12 +180,16 @@ def hbm_estimate(dims, mesh, *, seq_len, micro_batch, base_bytes, lora_rank, tun
     scores = tokens * seq_len * dims.heads * 4 / mesh.tp if attention == "dense" else 0
     layer = (STREAM_TENSORS * tokens * dims.embed * 4
              + MLP_TENSORS * tokens * dims.mlp * base_bytes / mesh.tp + scores)
+    unrolled_kept = [_unrolled_kept(dims, i, tokens, mesh.tp, base_bytes, tunix_modules,
+                                    dropout_masks) for i in range(dims.num_layers)]
     if remat:
-        activations = dims.num_layers * tokens * dims.embed * base_bytes + layer
+        activations = (dims.num_layers * tokens * dims.embed * base_bytes + layer
+                       + max(unrolled_kept, default=0))
     else:
         activations = (_scanned_kept(dims, range(scanned_layers), tokens, mesh.tp, base_bytes,
                                      scores, lora_rank, tunix_modules)
-                       + (dims.num_layers - scanned_layers) * layer)
+                       + (dims.num_layers - scanned_layers) * layer
+                       + sum(unrolled_kept[scanned_layers:]))
     logits = LOGIT_BYTES * tokens * dims.vocab / mesh.tp
     one_layer = (parameter_count(dims) - dims.vocab * dims.embed) / dims.num_layers
     gathered = (GATHERED_COPIES * (dims.vocab * dims.embed + one_layer) * base_bytes / mesh.tp
@@ -178,7 +216,8 @@ def config_estimate(dims, config, scanned_layers=0):
         base_bytes=BYTES[config.model.dtype], lora_rank=config.lora.rank,
         tunix_modules=gemma4_map.tunix_lora_modules(config.lora.target_modules),
         remat=bool(config.remat), attention=config.attention.kernel,
-        scanned_layers=scanned_layers)
+        scanned_layers=scanned_layers,
+        dropout_masks=config.lora.dropout > 0 and config.dropout_rng != "threefry2x32")
 
 
 def format_estimate(parts, hbm_bytes=None):

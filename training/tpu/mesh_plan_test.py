@@ -85,6 +85,23 @@ class MeshPlanTest(absltest.TestCase):
         self.assertAlmostEqual(half["activations"], (25 * 33_408 + 5 * 35_968) * 3072 * 2
                                + 30 * unscanned_layer + logits, delta=1)
         self.assertLess(scanned["activations"], splash["activations"])
+        # Unrolled, a sliding layer keeps per token (tp=4): the stream, 2 x 5376
+        # float32; gate, up and their product, 3 x 5376 bf16; q (32 x 256 / 4)
+        # and k and v (2 x 16 x 256 / 4) in float32 and in bf16; attention's
+        # output, 2048 bf16; the o and down projections' float32 sums, 2 x 1344:
+        # 114,688 bytes. A global layer's q is 4096 wide and its K = V 512:
+        # 121,856 bytes.
+        self.assertAlmostEqual(splash["activations"],
+                               (50 * 114_688 + 10 * 121_856) * 3072 + logits, delta=1)
+        # rbg's masks, a byte per element of the LoRA projections' inputs: q, kv,
+        # gate and up cut to 5376 / 4, o's 32 heads x 256 (x 512 global) / 4,
+        # down's 21504 / 4.
+        masks = mesh_plan.hbm_estimate(
+            GEMMA4_31B, mesh_plan.Mesh(1, 4), seq_len=3072, micro_batch=1, base_bytes=2,
+            lora_rank=64, tunix_modules=TARGETS, remat=False, attention="splash",
+            dropout_masks=True)
+        self.assertAlmostEqual(masks["activations"] - splash["activations"],
+                               (50 * 12_800 + 10 * 14_848) * 3072, delta=1)
         self.assertEqual(parts["gathered_weights"], 0)
         two_hosts = mesh_plan.hbm_estimate(
             GEMMA4_31B, mesh_plan.Mesh(2, 4), seq_len=3072, micro_batch=2, base_bytes=2,

@@ -200,8 +200,9 @@ def _projection_products(lora_rank):
 # and output; splash: its output and the softmax statistics its backward pass
 # needs, without which the backward pass would run the forward kernel again).
 # It recomputes the rest, LoRA's rank-deep second product and the sum with the
-# base among it: that sum is float32 (LoRA's factors are), twice the base
-# output's bytes, and keeping it made the scanned step 1.23x slower than the
+# base among it (float32, as LoRA's factors are, until the projection rounds
+# it to the base's dtype: model._LoraProvider); keeping that float32 sum, twice
+# the base output's bytes, made the scanned step 1.23x slower than the
 # unrolled one on a v5e chip.
 def scanned_saves(lora_rank):
     """What scanned layers without remat keep (the comment above), as a policy."""

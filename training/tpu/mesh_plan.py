@@ -97,23 +97,20 @@ def check(mesh, dims, num_devices, batch_per_step=None):
 # The activation terms, calibrated on XLA's buffer assignment for the 31B widths
 # on v5p-8 (the README's compile tables hold the fit): how many tensors of each
 # kind a layer keeps for its backward pass, and the bytes per logit.
-STREAM_TENSORS = 2  # fp32 [tokens, D]: norms compute in fp32; D is not split over tp
+STREAM_TENSORS = 2  # [tokens, D] in the base dtype; D is not split over tp
 MLP_TENSORS = 3  # [tokens, F / tp] in the base dtype: gate, up and their product
 LOGIT_BYTES = 3  # per [token, vocab / tp] entry: between bf16 logits and an fp32 copy
 # With fsdp > 1: all-gathered copies of the embedding and a layer.
 GATHERED_COPIES = 3
-# Unrolled, without remat, XLA also keeps attention's q, k and v twice, in
-# float32 (their norms' inputs) and in the base dtype (normed and rotated,
-# what attention reads); the output and down projections' sums (base output
-# plus LoRA's float32 term) in float32, scattered to the chip's D / tp, for
-# the norms after them; and each LoRA dropout mask drawn by XLA's generator
-# (`rbg`; threefry's are hashed again in the backward pass): a byte per
-# element of the projection's input, a model-width input's cut to the chip's
-# D / tp.
+# Unrolled, without remat, XLA also keeps attention's q, k and v twice (their
+# norms' inputs, and normed and rotated: what attention reads); the output and
+# down projections' outputs scattered to the chip's D / tp, for the norms
+# after them; and each LoRA dropout mask drawn by XLA's generator (`rbg`;
+# threefry's are hashed again in the backward pass): a byte per element of
+# the projection's input, a model-width input's cut to the chip's D / tp.
 # Read off the optimized HLO of v5p8.py's unrolled step: the values live at
 # its peak, 2 and 12 layers (README, "Scanned layers").
-QKV_BYTES = 4  # the float32 copy, besides the base dtype's
-SUM_BYTES = 4
+QKV_COPIES = 2
 MASK_BYTES = 1
 
 
@@ -137,15 +134,13 @@ def _scanned_kept(dims, layers, tokens, tp, base_bytes, scores, lora_rank, tunix
 
 def _unrolled_kept(dims, layer, tokens, tp, base_bytes, tunix_modules, dropout_masks):
     """Bytes an unrolled layer keeps besides `STREAM_TENSORS` and `MLP_TENSORS`:
-    q, k and v in float32 and in the base dtype, attention's output, the LoRA
-    output and down projections' float32 sums, and each LoRA projection's
-    dropout mask."""
+    q, k and v twice, attention's output, the output and down projections'
+    outputs (the chip's part) and each LoRA projection's dropout mask."""
     attn = dims.attention(layer)
     query = dims.heads * attn.head_dim / tp
     key_value = (1 if attn.k_eq_v else 2) * attn.kv_heads * attn.head_dim / tp
-    kept = (query + key_value) * (QKV_BYTES + base_bytes) + query * base_bytes
-    kept += SUM_BYTES * dims.embed / tp * sum(
-        module in tunix_modules for module in ("attn_vec_einsum", "down_proj"))
+    kept = ((QKV_COPIES * (query + key_value) + query + 2 * dims.embed / tp)
+            * base_bytes)
     if dropout_masks:
         absent = "kv_einsum" if attn.k_eq_v else "k_einsum"
         inputs = {"attn_vec_einsum": query, "down_proj": dims.mlp / tp}  # else model-wide
@@ -162,7 +157,7 @@ def hbm_estimate(dims, mesh, *, seq_len, micro_batch, base_bytes, lora_rank, tun
     real 31B widths (training/tpu/compile_test.py, //training/tpu:compile):
     weights and LoRA are split over all chips (LoRA factors in float32); Adam
     keeps two float32 moments and the gradients one copy of the LoRA factors.
-    A layer's backward pass needs `STREAM_TENSORS` fp32 D-wide tensors,
+    A layer's backward pass needs `STREAM_TENSORS` D-wide tensors,
     `MLP_TENSORS` MLP hidden tensors and, with dense attention, one fp32 copy
     of its T x T scores (heads split over tp; splash attention keeps none),
     and what XLA keeps of attention and LoRA (`_unrolled_kept`; dropout's
@@ -178,7 +173,7 @@ def hbm_estimate(dims, mesh, *, seq_len, micro_batch, base_bytes, lora_rank, tun
     tokens = micro_batch / mesh.fsdp * seq_len  # token positions per chip
     lora = lora_parameter_count(dims, lora_rank, tunix_modules)
     scores = tokens * seq_len * dims.heads * 4 / mesh.tp if attention == "dense" else 0
-    layer = (STREAM_TENSORS * tokens * dims.embed * 4
+    layer = (STREAM_TENSORS * tokens * dims.embed * base_bytes
              + MLP_TENSORS * tokens * dims.mlp * base_bytes / mesh.tp + scores)
     unrolled_kept = [_unrolled_kept(dims, i, tokens, mesh.tp, base_bytes, tunix_modules,
                                     dropout_masks) for i in range(dims.num_layers)]

@@ -85,14 +85,13 @@ class MeshPlanTest(absltest.TestCase):
         self.assertAlmostEqual(half["activations"], (25 * 33_408 + 5 * 35_968) * 3072 * 2
                                + 30 * unscanned_layer + logits, delta=1)
         self.assertLess(scanned["activations"], splash["activations"])
-        # Unrolled, a sliding layer keeps per token (tp=4): the stream, 2 x 5376
-        # float32; gate, up and their product, 3 x 5376 bf16; q (32 x 256 / 4)
-        # and k and v (2 x 16 x 256 / 4) in float32 and in bf16; attention's
-        # output, 2048 bf16; the o and down projections' float32 sums, 2 x 1344:
-        # 114,688 bytes. A global layer's q is 4096 wide and its K = V 512:
-        # 121,856 bytes.
+        # Unrolled, a sliding layer keeps per token (tp=4), in bf16: the stream,
+        # 2 x 5376; gate, up and their product, 3 x 5376; q (32 x 256 / 4) and
+        # k and v (2 x 16 x 256 / 4), twice each; attention's output, 2048; the
+        # o and down projections' outputs, 2 x 5376 / 4: 79,616 bytes. A global
+        # layer's q is 4096 wide and its K = V 512: 85,760 bytes.
         self.assertAlmostEqual(splash["activations"],
-                               (50 * 114_688 + 10 * 121_856) * 3072 + logits, delta=1)
+                               (50 * 79_616 + 10 * 85_760) * 3072 + logits, delta=1)
         # rbg's masks, a byte per element of the LoRA projections' inputs: q, kv,
         # gate and up cut to 5376 / 4, o's 32 heads x 256 (x 512 global) / 4,
         # down's 21504 / 4.

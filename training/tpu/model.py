@@ -115,8 +115,27 @@ def lora_module_regex(target_modules):
     return r".*\b(" + "|".join(modules) + r")$"
 
 
+class _LoraProvider(qwix.LoraProvider):
+    """Qwix's LoRA, each adapted projection returning its base output's dtype, as
+    PEFT's does on the GPU stack. Qwix adds LoRA's term, float32 like the
+    factors, to the bf16 base output and returns the float32 sum: the layer
+    then ran on in float32 from there (the down projection's base matmul
+    included, its input made from gate and up), and XLA kept float32 copies for
+    the backward pass (README, "Scanned layers")."""
+
+    def dot_general(self, lhs, rhs, dimension_numbers, precision=None,
+                    preferred_element_type=None, out_sharding=None):
+        out = super().dot_general(lhs, rhs, dimension_numbers, precision,
+                                  preferred_element_type, out_sharding=out_sharding)
+        return out.astype(preferred_element_type or jnp.result_type(lhs, rhs))
+
+    def einsum(self, einsum_str, *operands, **kwargs):
+        out = super().einsum(einsum_str, *operands, **kwargs)
+        return out.astype(kwargs.get("preferred_element_type") or jnp.result_type(*operands))
+
+
 def _lora_provider(lora_config):
-    return qwix.LoraProvider(
+    return _LoraProvider(
         module_path=lora_module_regex(lora_config.target_modules),
         rank=lora_config.rank, alpha=float(lora_config.alpha), dropout=lora_config.dropout)
 

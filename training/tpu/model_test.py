@@ -1,8 +1,10 @@
 import json
 import os
 
+import jax
 import jax.numpy as jnp
 import numpy as np
+import qwix
 import torch
 import transformers
 from absl.testing import absltest
@@ -68,6 +70,40 @@ class LoadTest(parameterized.TestCase):
             factor = {p: str(p[-1]).endswith(("_lora_a", "_lora_b")) for p in loaded}
             self.assertEqual({d for p, (_, d) in loaded.items() if factor[p]}, {"float32"})
             self.assertEqual({d for p, (_, d) in loaded.items() if not factor[p]}, {"bfloat16"})
+
+    def test_lora_projections_return_their_base_outputs_dtype(self):
+        # PEFT's LoRA layers (the GPU stack) return the base output's dtype; Qwix's
+        # return the base output plus LoRA's term, float32 like the factors.
+        class Linear(nnx.Module):
+            def __init__(self):
+                self.proj = nnx.Linear(8, 6, use_bias=False, dtype=jnp.bfloat16,
+                                       param_dtype=jnp.bfloat16, rngs=nnx.Rngs(0))
+
+            def __call__(self, x):
+                return self.proj(x)
+
+        class Einsum(nnx.Module):
+            def __init__(self):
+                self.w = nnx.Param(jax.random.normal(jax.random.key(1), (8, 2, 4), jnp.bfloat16))
+
+            def __call__(self, x):
+                return jnp.einsum("btd,dnh->btnh", x, self.w.get_value())
+
+        x = jnp.asarray(np.random.default_rng(0).standard_normal((2, 3, 8)), jnp.bfloat16)
+        for module in (Linear, Einsum):
+            outputs = {}
+            for provider in (model_lib._LoraProvider, qwix.LoraProvider):
+                model = qwix.apply_lora_to_model(
+                    module(), provider(module_path=".*", rank=2, alpha=4.0), x,
+                    rngs=nnx.Rngs(0))
+                for _, factor in nnx.to_flat_state(nnx.state(model, nnx.LoRAParam)):
+                    factor.set_value(jnp.full(factor.get_value().shape, 0.3, jnp.float32))
+                outputs[provider] = model(x)
+            ours, qwix_sum = outputs[model_lib._LoraProvider], outputs[qwix.LoraProvider]
+            self.assertEqual((ours.dtype, qwix_sum.dtype), (jnp.bfloat16, jnp.float32))
+            self.assertGreater(float(jnp.abs(qwix_sum).max()), 1.0)  # LoRA's term is in it
+            np.testing.assert_array_equal(np.asarray(ours, np.float32),
+                                          np.asarray(qwix_sum.astype(jnp.bfloat16), np.float32))
 
     def test_missing_tensor_and_bad_shapes_are_named(self):
         directory = self.create_tempdir().full_path

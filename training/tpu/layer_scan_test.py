@@ -230,10 +230,11 @@ class ScannedModelTest(absltest.TestCase):
         self.assertLen(self.kept_by_scan("float32", scan_runs=False), 3 * 15)
 
     def test_scan_keeps_the_models_dtype(self):
-        # LoRA's factors are float32, so a projection's output (base + LoRA's term) is
-        # float32 in a bf16 model: the scan keeps the base's bf16 output and x @ A
-        # instead, and the backward pass adds them again. (Keeping the float32 sums
-        # made the 12-layer half-width step on a v5e chip 1.23x the unrolled one.)
+        # LoRA's factors are float32, so a projection's sum (base + LoRA's term) is
+        # float32 until it is rounded to bf16 (model._LoraProvider): the scan keeps
+        # the base's bf16 output and x @ A instead, and the backward pass adds them
+        # again. (Keeping the float32 sums made the 12-layer half-width step on a
+        # v5e chip 1.23x the unrolled one.)
         kept = self.kept_by_scan("bfloat16")
         self.assertLen(kept, 2 * 15)
         # The rest are bf16: each layer's input and its 6 projections' base outputs.

@@ -71,7 +71,7 @@ class BinariesTest(parameterized.TestCase):
         done = subprocess.run(
             [sys.executable, "-m", module, "--config=v5p8.py",
              "--config.dropout_rng_per_chip=True", f"--workdir={tmp}/w", *args],
-            env=env, capture_output=True, text=True, timeout=240, cwd=tmp, check=False)
+            env=env, capture_output=True, text=True, timeout=120, cwd=tmp, check=False)
         self.assertEqual(done.returncode, 1, done.stderr[-3000:])
         self.assertIn(f"LIBTPU_INIT_ARGS={libtpu_flags.PER_CHIP_RNG}\n", done.stderr)
         self.assertIn(error, done.stderr)

@@ -107,9 +107,9 @@ GATHERED_COPIES = 3
 # down projections' outputs scattered to the chip's D / tp, for the norms
 # after them; and each LoRA dropout mask drawn by XLA's generator (`rbg`;
 # threefry's are hashed again in the backward pass): a byte per element of
-# the projection's input, a model-width input's cut to the chip's D / tp.
+# the projection's input (an input of model width counts D / tp per chip).
 # Read off the optimized HLO of v5p8.py's unrolled step: the values live at
-# its peak, 2 and 12 layers (README, "Scanned layers").
+# its peak, at 2 and 12 layers (README, "The 31B step compiled").
 QKV_COPIES = 2
 MASK_BYTES = 1
 
@@ -164,7 +164,8 @@ def hbm_estimate(dims, mesh, *, seq_len, micro_batch, base_bytes, lora_rank, tun
     masks with `dropout_masks`). Without remat every layer keeps that (the
     first `scanned_layers`, run by the scan's loop: what it keeps instead,
     `_scanned_kept`); with remat every layer keeps only its input and one
-    layer at a time is recomputed. The
+    layer at a time is recomputed, holding what an unrolled layer keeps (the
+    largest: a global layer's; assumed, not read off a remat step). The
     output projection adds `LOGIT_BYTES` per logit. With fsdp > 1, weights are
     all-gathered before use: `GATHERED_COPIES` of the embedding and one layer,
     split over tp.

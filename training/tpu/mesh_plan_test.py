@@ -53,6 +53,13 @@ class MeshPlanTest(absltest.TestCase):
         mesh_plan.check_fits(parts, 95.74 * mesh_plan.GIB)
         with self.assertRaisesRegex(mesh_plan.MeshError, "does not fit in HBM"):
             mesh_plan.check_fits(parts, 16 * mesh_plan.GIB)
+        # Remat: every layer's input (5376 bf16 per token), and one layer
+        # recomputed at a time, holding what an unrolled global layer keeps
+        # (85,760 bytes per token) and dense attention's float32 scores.
+        scores = 3072 * 3072 * 8 * 4
+        self.assertAlmostEqual(
+            parts["activations"], 60 * 3072 * 5376 * 2 + 85_760 * 3072 + scores
+            + mesh_plan.LOGIT_BYTES * 3072 * 262144 / 4, delta=1)
         without_remat = mesh_plan.hbm_estimate(
             GEMMA4_31B, mesh_plan.Mesh(1, 4), seq_len=3072, micro_batch=1, base_bytes=2,
             lora_rank=64, tunix_modules=TARGETS, remat=False)
@@ -88,8 +95,8 @@ class MeshPlanTest(absltest.TestCase):
         # Unrolled, a sliding layer keeps per token (tp=4), in bf16: the stream,
         # 2 x 5376; gate, up and their product, 3 x 5376; q (32 x 256 / 4) and
         # k and v (2 x 16 x 256 / 4), twice each; attention's output, 2048; the
-        # o and down projections' outputs, 2 x 5376 / 4: 79,616 bytes. A global
-        # layer's q is 4096 wide and its K = V 512: 85,760 bytes.
+        # o and down projections' outputs, 2 x 5376 / 4: 39,808 values, 79,616
+        # bytes. A global layer's q is 4096 wide and its K = V 512: 85,760 bytes.
         self.assertAlmostEqual(splash["activations"],
                                (50 * 79_616 + 10 * 85_760) * 3072 + logits, delta=1)
         # rbg's masks, a byte per element of the LoRA projections' inputs: q, kv,

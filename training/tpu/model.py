@@ -117,21 +117,23 @@ def lora_module_regex(target_modules):
 
 class _LoraProvider(qwix.LoraProvider):
     """Qwix's LoRA, each adapted projection returning its base output's dtype, as
-    PEFT's does on the GPU stack. Qwix adds LoRA's term, float32 like the
-    factors, to the bf16 base output and returns the float32 sum: the layer
-    then ran on in float32 from there (the down projection's base matmul
-    included, its input made from gate and up), and XLA kept float32 copies for
-    the backward pass (README, "Scanned layers")."""
+    PEFT's LoRA layers do on the GPU stack. Qwix returns the base output plus
+    LoRA's term, float32 like the factors; this rounds that sum to the base's
+    dtype, so a bf16 layer stays bf16 after it (README, "The 31B step
+    compiled")."""
 
     def dot_general(self, lhs, rhs, dimension_numbers, precision=None,
                     preferred_element_type=None, out_sharding=None):
         out = super().dot_general(lhs, rhs, dimension_numbers, precision,
                                   preferred_element_type, out_sharding=out_sharding)
-        return out.astype(preferred_element_type or jnp.result_type(lhs, rhs))
+        base = (jnp.result_type(lhs, rhs) if preferred_element_type is None
+                else preferred_element_type)
+        return out.astype(base)
 
     def einsum(self, einsum_str, *operands, **kwargs):
         out = super().einsum(einsum_str, *operands, **kwargs)
-        return out.astype(kwargs.get("preferred_element_type") or jnp.result_type(*operands))
+        base = kwargs.get("preferred_element_type")
+        return out.astype(jnp.result_type(*operands) if base is None else base)
 
 
 def _lora_provider(lora_config):

@@ -39,12 +39,12 @@ def get_config():
     c.remat = False
     c.batch.per_device_size = 2  # 2 sequences per pass (fsdp=1), 4 accumulation steps
     # Unrolled: the scan compiles 31B in 0.34x the time (0.20x with
-    # --config.scan_runs=True), but on a v5e chip the scanned step ran 1.14x
-    # slower without remat (1.16x since LoRA's projections return bf16, which
-    # made both 9% faster; 1.25x with the runs scanned; 1.08x without LoRA
+    # --config.scan_runs=True), but on a v5e chip the scanned step ran 1.16x
+    # slower without remat (both layouts 9% faster since LoRA's projections
+    # return bf16; 1.14x before; 1.25x with the runs scanned; 1.08x without LoRA
     # dropout, whose masks its backward pass draws again; 1.13x at quarter
     # width with 2 and with 4 repeats alike): its loops copy the values kept
-    # for the backward pass in and out of their stacks. XLA predicts 1.26x for
+    # for the backward pass in and out of their stacks. XLA predicts 1.24x for
     # 31B, which overstates: its estimate grows with the repeats, the chip's
     # gap does not (README, compile section).
     # --config.scan_layers=True scans.

@@ -114,6 +114,16 @@ QKV_COPIES = 2
 MASK_BYTES = 1
 
 
+def _layer_widths(dims, layer, tp, tunix_modules):
+    """(q width, k and v width) per token on a chip, and the LoRA modules `layer`
+    has (a K = V layer has no kv_einsum, the others no k_einsum)."""
+    attn = dims.attention(layer)
+    query = dims.heads * attn.head_dim / tp
+    key_value = (1 if attn.k_eq_v else 2) * attn.kv_heads * attn.head_dim / tp
+    absent = "kv_einsum" if attn.k_eq_v else "k_einsum"
+    return query, key_value, [module for module in tunix_modules if module != absent]
+
+
 def _scanned_kept(dims, layers, tokens, tp, base_bytes, scores, lora_rank, tunix_modules):
     """Bytes `layers` keep for the backward pass when scanned without remat
     (`forward.scanned_saves`): each layer's input, each projection's base matmul
@@ -122,11 +132,8 @@ def _scanned_kept(dims, layers, tokens, tp, base_bytes, scores, lora_rank, tunix
     and each LoRA projection's x @ A (rank wide, not split)."""
     kept = 0
     for layer in layers:
-        attn = dims.attention(layer)
-        query = dims.heads * attn.head_dim / tp
-        key_value = (1 if attn.k_eq_v else 2) * attn.kv_heads * attn.head_dim / tp
-        absent = "kv_einsum" if attn.k_eq_v else "k_einsum"
-        lora = lora_rank * sum(module != absent for module in tunix_modules)
+        query, key_value, modules = _layer_widths(dims, layer, tp, tunix_modules)
+        lora = lora_rank * len(modules)
         kept += (3 * dims.embed + 2 * query + key_value + 2 * dims.mlp / tp + lora
                  ) * tokens * base_bytes
     return kept + len(layers) * scores
@@ -136,16 +143,12 @@ def _unrolled_kept(dims, layer, tokens, tp, base_bytes, tunix_modules, dropout_m
     """Bytes an unrolled layer keeps besides `STREAM_TENSORS` and `MLP_TENSORS`:
     q, k and v twice, attention's output, the output and down projections'
     outputs (the chip's part) and each LoRA projection's dropout mask."""
-    attn = dims.attention(layer)
-    query = dims.heads * attn.head_dim / tp
-    key_value = (1 if attn.k_eq_v else 2) * attn.kv_heads * attn.head_dim / tp
+    query, key_value, modules = _layer_widths(dims, layer, tp, tunix_modules)
     kept = ((QKV_COPIES * (query + key_value) + query + 2 * dims.embed / tp)
             * base_bytes)
     if dropout_masks:
-        absent = "kv_einsum" if attn.k_eq_v else "k_einsum"
         inputs = {"attn_vec_einsum": query, "down_proj": dims.mlp / tp}  # else model-wide
-        kept += MASK_BYTES * sum(inputs.get(module, dims.embed / tp)
-                                 for module in tunix_modules if module != absent)
+        kept += MASK_BYTES * sum(inputs.get(module, dims.embed / tp) for module in modules)
     return kept * tokens
 
 

@@ -126,14 +126,19 @@ class _LoraProvider(qwix.LoraProvider):
                     preferred_element_type=None, out_sharding=None):
         out = super().dot_general(lhs, rhs, dimension_numbers, precision,
                                   preferred_element_type, out_sharding=out_sharding)
-        base = (jnp.result_type(lhs, rhs) if preferred_element_type is None
-                else preferred_element_type)
-        return out.astype(base)
+        return _as_base(out, (lhs, rhs), preferred_element_type)
 
     def einsum(self, einsum_str, *operands, **kwargs):
         out = super().einsum(einsum_str, *operands, **kwargs)
-        base = kwargs.get("preferred_element_type")
-        return out.astype(jnp.result_type(*operands) if base is None else base)
+        return _as_base(out, operands, kwargs.get("preferred_element_type"))
+
+
+def _as_base(out, operands, preferred_element_type):
+    """`out` in the dtype the base op gives: `preferred_element_type`, else the
+    operands' result type."""
+    if preferred_element_type is None:
+        return out.astype(jnp.result_type(*operands))
+    return out.astype(preferred_element_type)
 
 
 def _lora_provider(lora_config):

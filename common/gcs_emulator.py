@@ -19,6 +19,8 @@ import subprocess
 import sys
 import tempfile
 
+from common import binaries
+
 _SERVE = """
 import sys, time
 from gcp_storage_emulator import server as emulator
@@ -58,8 +60,9 @@ _VARIABLES = ("STORAGE_EMULATOR_HOST", "TENSORSTORE_GCS_HTTP_URL",
 def running(bucket):
     """Runs the emulator with `bucket` created; yields its http://127.0.0.1:PORT."""
     data_dir = tempfile.mkdtemp(prefix="gcs-emulator-")
+    # The emulator's own packages are this target's deps: the interpreter gets its path.
     process = subprocess.Popen([sys.executable, "-c", _SERVE, bucket, data_dir],
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+                               env=binaries.this_interpreter_env(), stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     saved = {name: os.environ.get(name) for name in _VARIABLES}
     try:
         port = process.stdout.readline().strip()

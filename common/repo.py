@@ -9,8 +9,8 @@ Two places, which differ under Bazel:
   the checkout's `MODULE.bazel` (a data dependency of //common:repo), whose real
   path leads back to the checkout.
 
-Standard library only: the tooling scripts (tools/venvs.py) import it with the
-system python3, before any virtualenv exists.
+Standard library only: the tooling scripts (tools/venvs.py, tools/pip_hub.py)
+import it with the system python3, outside Bazel.
 """
 
 import os

@@ -36,6 +36,7 @@ import time
 from absl import app
 from absl import flags
 
+from common import binaries
 from common import cli
 
 _LAYERS = flags.DEFINE_integer("layers", 16, "Decoder layers of the synthetic model.")
@@ -50,7 +51,7 @@ CONFIG = dict(hidden_size=2048, intermediate_size=8192, num_attention_heads=16,
 
 def _child(code):
     """Runs `code` in a fresh interpreter; returns (seconds, CPU seconds, peak RSS bytes)."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env = binaries.this_interpreter_env()
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
     result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,

@@ -1,16 +1,16 @@
 import json
 import os
 import subprocess
-import sys
 
 from absl.testing import absltest
 
+from common import binaries
 from data import testing
 
 
 def _run(*args):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    return subprocess.run([sys.executable, "-m", "data.inspect_data", *args], env=env,
+    env = binaries.child_env()
+    return subprocess.run(binaries.command("//data:inspect", *args), env=env,
                           capture_output=True, text=True)
 
 

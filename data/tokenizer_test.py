@@ -1,12 +1,12 @@
 import hashlib
 import json
-import os
 import subprocess
 import sys
 
 import transformers
 from absl.testing import absltest
 
+from common import binaries
 from data import tokenizer as tokenizer_lib
 
 _VOCAB_DIGEST = (
@@ -52,7 +52,7 @@ class TokenizerTest(absltest.TestCase):
     def test_same_vocab_in_another_process(self):
         digest = hashlib.sha256(json.dumps(self.tokenizer.get_vocab(), sort_keys=True)
                                 .encode()).hexdigest()
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        env = binaries.this_interpreter_env()
         other = subprocess.run([sys.executable, "-c", _VOCAB_DIGEST], env=env, check=True,
                                capture_output=True, text=True).stdout.strip()
         self.assertEqual(other, digest)

@@ -76,6 +76,7 @@ import time
 import uuid
 
 from common import cli
+from common import pinned
 from eval import sandbox as sandbox_lib
 
 # The script's phases, each ending with a status line on its stderr.
@@ -357,8 +358,10 @@ def script(iverilog, vvp):
 
 
 def find_tool(name):
-    """The absolute path of an executable (a name on PATH, or a path)."""
-    path = shutil.which(name)
+    """The absolute path of an executable: a path as given; a name, the pinned
+    tool where this target carries it (third_party/pinned/, what Bazel runs),
+    else the name on PATH."""
+    path = (os.sep not in name and pinned.path(name)) or shutil.which(name)
     if not path:
         raise FileNotFoundError(
             f"{name} not found: install Icarus Verilog (`apt-get install -y iverilog`)")
@@ -389,6 +392,8 @@ class Judge:
         self.box = box
         self.iverilog = find_tool(iverilog)
         self.vvp = find_tool(vvp)
+        # The tools run inside the sandbox, which must see where they are installed.
+        box.add_readonly_dirs((tool_prefix(self.iverilog), tool_prefix(self.vvp)))
         self.scratch_dir = scratch_dir
         self.keep_dirs = keep_dirs
         self._script = script(self.iverilog, self.vvp)
@@ -460,7 +465,6 @@ def from_config(config, scratch_dir=None):
         memory_bytes=config.memory_limit_mb << 20,
         file_bytes=config.log_limit_kb << 10,
         dir_bytes=config.dir_limit_mb << 20)
-    box = sandbox_lib.Sandbox(config.sandbox, limits,
-                              readonly_dirs=(tool_prefix(iverilog), tool_prefix(vvp)))
+    box = sandbox_lib.Sandbox(config.sandbox, limits)
     return Judge(box, iverilog, vvp, config.compile_timeout_s, config.sim_timeout_s,
                  scratch_dir=scratch_dir, keep_dirs=config.keep_dirs)

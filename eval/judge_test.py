@@ -327,6 +327,9 @@ class JudgeTest(absltest.TestCase):
         class BrokenBox:
             limits = sandbox.Limits()
 
+            def add_readonly_dirs(self, directories):
+                del directories
+
             def run_script(self, script, run_dir, inputs=(), null_files=(), stdout_name="",
                            phase_timeouts=(), args=()):
                 del script, inputs, null_files, phase_timeouts, args

@@ -18,6 +18,7 @@ import os
 import re
 
 from common import cli
+from common import pinned
 from common import repo
 
 
@@ -35,10 +36,15 @@ ID_PATTERN = re.compile(r"^Prob\d{3}_\w+$")
 
 
 def default_dataset_dir():
-    """$VERILOG_EVAL_DIR, else the shared copy beside the checkout, else the fetched one."""
+    """$VERILOG_EVAL_DIR, else the pinned data where this target carries it
+    (//third_party/pinned:verilog_eval, what Bazel runs), else the shared copy
+    beside the checkout, else the one tools/verilog_eval.py fetched."""
     override = os.environ.get("VERILOG_EVAL_DIR")
     if override:
         return os.path.abspath(override)
+    problems_file = pinned.path("verilog_eval")
+    if problems_file:
+        return os.path.dirname(problems_file)
     root = repo.source_root()
     candidates = [os.path.normpath(os.path.join(root, os.pardir, SHARED_DATASET)),
                   os.path.join(root, FETCHED_DATASET)]

@@ -3,6 +3,7 @@ from unittest import mock
 
 from absl.testing import absltest
 
+from common import pinned
 from common import repo
 from eval import problems
 from eval import testing
@@ -27,9 +28,20 @@ class ProblemsTest(absltest.TestCase):
         self.assertEqual([p.id for p in got],
                          ["Prob001_zero", "Prob002_m2014_q4i", "Prob003_step_one"])
 
-    def test_default_dataset_is_the_shared_copy_beside_the_checkout(self):
+    def test_default_dataset_is_the_pinned_data_this_target_carries(self):
         environ = {k: v for k, v in os.environ.items() if k != "VERILOG_EVAL_DIR"}
         with mock.patch.dict(os.environ, environ, clear=True):
+            dataset = problems.default_dataset_dir()
+        self.assertEqual(dataset, os.path.dirname(pinned.path("verilog_eval")))
+        self.assertNotEqual(os.path.realpath(dataset), os.path.realpath(
+            os.path.join(os.path.dirname(repo.source_root()), "shared", "verilog-eval",
+                         "dataset_spec-to-rtl")))
+        self.assertLen(problems.load(dataset), 156)
+
+    def test_default_dataset_is_the_shared_copy_beside_the_checkout(self):
+        environ = {k: v for k, v in os.environ.items() if k != "VERILOG_EVAL_DIR"}
+        with mock.patch.dict(os.environ, environ, clear=True), \
+                mock.patch.object(pinned, "path", return_value=None):
             dataset = problems.default_dataset_dir()
         self.assertEqual(dataset, os.path.join(os.path.dirname(repo.source_root()),
                                                "shared", "verilog-eval", "dataset_spec-to-rtl"))
@@ -41,7 +53,8 @@ class ProblemsTest(absltest.TestCase):
         checkout = os.path.join(root, "checkout")
         environ = {k: v for k, v in os.environ.items() if k != "VERILOG_EVAL_DIR"}
         with mock.patch.dict(os.environ, environ, clear=True), \
-                mock.patch.object(repo, "source_root", return_value=checkout):
+                mock.patch.object(repo, "source_root", return_value=checkout), \
+                mock.patch.object(pinned, "path", return_value=None):
             with self.assertRaisesRegex(problems.ProblemsError,
                                         r"python3 tools/verilog_eval.py.*VERILOG_EVAL_DIR"):
                 problems.default_dataset_dir()

@@ -6,7 +6,9 @@ the run, its stdout (stderr comes back through a pipe). With `kind="bwrap"`
 namespaces are allowed) the command sees only:
 - `/usr` (and the `/bin`, `/lib*` links into it), read-only, plus any extra
   read-only directories asked for (an iverilog installed outside /usr);
-- `/dev` (null, zero, random, ...), a private size-capped `/tmp`;
+- `/dev` (null, zero, random, ...), a `/proc` of its own pid namespace (the
+  pinned iverilog finds its modules through /proc/self/exe), a private
+  size-capped `/tmp`;
 - its working directory `/sandbox`: a private tmpfs capped at `dir_bytes`, in
   which the input files are read-only bind mounts of the run_dir copies;
 - new user, pid, network (loopback only, down), ipc and uts namespaces.
@@ -38,6 +40,7 @@ import subprocess
 import time
 
 from common import cli
+from common import pinned
 
 BWRAP = "bwrap"
 NONE = "none"
@@ -171,15 +174,24 @@ class Sandbox:
         self.kind = kind
         self.limits = limits
         self._ulimits = ulimit_lines(limits)
-        self._readonly_dirs = tuple(d for d in readonly_dirs if not _under(d, "/usr"))
+        self._readonly_dirs = ()
+        self.add_readonly_dirs(readonly_dirs)
         self._bwrap = None
         if kind == BWRAP:
-            self._bwrap = shutil.which("bwrap")
+            # The pinned bubblewrap where this target carries it (third_party/pinned/).
+            self._bwrap = pinned.path("bwrap") or shutil.which("bwrap")
             if not self._bwrap:
                 raise SandboxError(
                     "bubblewrap (bwrap) is not installed: `apt-get install -y bubblewrap`, "
                     "or run without isolation (sandbox kind 'none', trusted samples only)")
             self._check_bwrap()
+
+    def add_readonly_dirs(self, directories):
+        """Makes `directories` visible, read-only, to what runs inside (a tool's
+        install prefix outside /usr, e.g. the pinned iverilog's)."""
+        for directory in directories:
+            if not _under(directory, "/usr") and directory not in self._readonly_dirs:
+                self._readonly_dirs += (directory,)
 
     def _check_bwrap(self):
         probe = subprocess.run(self._bwrap_argv(None, (), (), ["/bin/true"]),
@@ -206,7 +218,7 @@ class Sandbox:
             args += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
         for directory in self._readonly_dirs:
             args += ["--ro-bind", directory, directory]
-        args += ["--dev", "/dev", "--size", size, "--tmpfs", "/tmp",
+        args += ["--dev", "/dev", "--proc", "/proc", "--size", size, "--tmpfs", "/tmp",
                  "--size", size, "--tmpfs", SANDBOX_DIR]
         for name in inputs:
             args += ["--ro-bind", os.path.join(run_dir, name), os.path.join(SANDBOX_DIR, name)]

@@ -8,6 +8,7 @@ from unittest import mock
 
 from absl.testing import absltest
 
+from common import pinned
 from eval import sandbox
 from eval import testing
 
@@ -81,7 +82,13 @@ class SandboxTest(absltest.TestCase):
         self.assertNotIn("Prob001_zero", out)
         self.assertIn("No such file", err)
         self.assertEqual(sorted(out.split()), sorted(
-            ["bin", "dev", "etc", "lib", "lib64", "sandbox", "sbin", "tmp", "usr"]))
+            ["bin", "dev", "etc", "lib", "lib64", "proc", "sandbox", "sbin", "tmp", "usr"]))
+
+    def test_proc_shows_only_the_sandbox_s_own_processes(self):
+        _, out, _, _ = self._run(self._box(), "ls /proc; readlink /proc/self/exe")
+        pids = [entry for entry in out.split() if entry.isdigit()]
+        self.assertLessEqual(len(pids), 4)  # bwrap's init, the shell, ls: not the host's
+        self.assertIn("/usr/bin/readlink", out.split())
 
     def test_no_network(self):
         listener = socket.socket()
@@ -181,9 +188,16 @@ class SandboxTest(absltest.TestCase):
         self.assertIn("ulimit", err)
 
     def test_bwrap_missing_is_a_clear_error(self):
-        with mock.patch.object(shutil, "which", return_value=None):
+        with mock.patch.object(shutil, "which", return_value=None), \
+                mock.patch.object(pinned, "path", return_value=None):
             with self.assertRaisesRegex(sandbox.SandboxError, "apt-get install -y bubblewrap"):
                 sandbox.Sandbox(sandbox.BWRAP)
+
+    def test_the_pinned_bubblewrap_runs_whatever_the_machine_has(self):
+        with mock.patch.object(shutil, "which", return_value="/nonexistent/bwrap"):
+            box = sandbox.Sandbox(sandbox.BWRAP)
+        self.assertEqual(box._bwrap, pinned.path("bwrap"))  # pylint: disable=protected-access
+        self.assertIn("/test_tools/bin/bwrap", box._bwrap)  # pylint: disable=protected-access
 
     def test_bad_kind_and_input_names(self):
         with self.assertRaises(ValueError):

@@ -1,10 +1,10 @@
 import json
 import os
 import subprocess
-import sys
 
 from absl.testing import absltest
 
+from common import binaries
 from common import gcs_emulator
 from common import storage
 from eval import problems
@@ -14,8 +14,8 @@ IDS = ["Prob001_zero", "Prob002_m2014_q4i", "Prob035_count1to10"]
 
 
 def _run(*args):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    return subprocess.run([sys.executable, "-m", "eval.verilog_eval", *args], env=env,
+    env = binaries.child_env()
+    return subprocess.run(binaries.command("//eval:verilog_eval", *args), env=env,
                           capture_output=True, text=True, timeout=600, check=False)
 
 

@@ -36,12 +36,12 @@ import json
 import math
 import os
 import subprocess
-import sys
 import time
 
 from absl import app
 from absl import flags
 
+from common import binaries
 from common import cli
 from common import config_cli
 from common import jsonl
@@ -93,20 +93,21 @@ class Pipeline:
         self.workdir = workdir
         self.sync = sync
         self.logs = os.path.join(workdir, "logs")
-        self.python = [sys.executable]
-        self.env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in sys.path if p))
+        self.env = binaries.child_env()
 
     def path(self, *parts):
         return os.path.join(self.workdir, *parts)
 
-    def run(self, stage, module, *args):
-        """Runs `python -m module args` with its output in logs/STAGE.log."""
+    def run(self, stage, binary, *args):
+        """Runs binary `binary` (a label in this target's `data`) with `args`, its
+        output in logs/STAGE.log."""
         os.makedirs(self.logs, exist_ok=True)
         log = os.path.join(self.logs, f"{stage}.log")
+        command = binaries.command(binary, *args)
         with open(log, "a") as out:
-            out.write(f"\n$ python -m {module} {' '.join(args)}\n")
+            out.write(f"\n$ {binary} {' '.join(args)}\n")
             out.flush()
-            done = subprocess.run([*self.python, "-m", module, *args], env=self.env,
+            done = subprocess.run(command, env=self.env,
                                   stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                   check=False)
         if done.returncode:
@@ -133,7 +134,7 @@ def demo_inputs(p, sample_problems, steps):
     """The demo's base and rows, written once; returns the trainers' flags for them."""
     sample_dir, demo = p.path("sample-tasks"), p.path("demo")
     if not _complete(sample_dir, problems_lib.PROBLEMS_FILE, problems_lib.TRAINING_ROWS):
-        p.run("demo", "eval.sample_tasks", f"--out={sample_dir}")
+        p.run("demo", "//eval:sample_tasks", f"--out={sample_dir}")
     wanted = [name for name in sample_problems.split(",") if name]
     with open(os.path.join(sample_dir, problems_lib.TRAINING_ROWS)) as f:
         rows = {row["id"]: row for row in map(json.loads, f)}
@@ -185,15 +186,15 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
 
     tpu, gpu, export = p.path("tpu"), p.path("gpu"), p.path("export")
     stage("tpu_sft", lambda: _tpu_finished(tpu), lambda: p.run(
-        "tpu_sft", "training.tpu.sft", f"--config={tpu_config}", f"--workdir={tpu}",
+        "tpu_sft", "//training/tpu:sft", f"--config={tpu_config}", f"--workdir={tpu}",
         *train_args))
     stage("gpu_sft", lambda: _complete(gpu, "run.json", "adapter/adapter_config.json"),
           lambda: p.run(
-        "gpu_sft", "training.gpu.sft", f"--config={gpu_config}", f"--workdir={gpu}",
+        "gpu_sft", "//training/gpu:sft", f"--config={gpu_config}", f"--workdir={gpu}",
         *train_args))
     stage("export", lambda: _complete(export, "adapter/adapter_config.json",
                                       "merged/config.json"), lambda: p.run(
-        "export", "conversion.export", f"--run_dir={tpu}", "--format=both",
+        "export", "//conversion:export", f"--run_dir={tpu}", "--format=both",
         f"--output_dir={export}", "--overwrite"))
 
     sample_dir = p.path("sample-tasks")
@@ -211,7 +212,7 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
         return all(_complete(d, "summary.json") for model, _, d in evals if model in names)
 
     def bench():
-        p.run("bench", "serving.bench", f"--config={serve_config}", f"--base_url={base_url}",
+        p.run("bench", "//serving:bench", f"--config={serve_config}", f"--base_url={base_url}",
               f"--model={FINETUNED}", f"--tokenizer={os.path.join(export, 'merged')}",
               f"--server_json={p.path('serve', 'server.json')}", f"--sweep={sweep}",
               f"--out_dir={p.path('bench')}", "--label=fine-tuned")
@@ -220,10 +221,10 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
         # The server's key, if it has one, is read by eval from the same variable.
         key_env = _serving(serve_config).api_key_env
         if sample_problems and not _complete(sample_dir, "problems.txt"):
-            p.run("eval", "eval.sample_tasks", f"--out={sample_dir}")
+            p.run("eval", "//eval:sample_tasks", f"--out={sample_dir}")
         for model, which, out in evals:
             if model in names and not _complete(out, "summary.json"):
-                p.run("eval", "eval.verilog_eval", f"--base_url={base_url}/v1",
+                p.run("eval", "//eval:verilog_eval", f"--base_url={base_url}/v1",
                       f"--model={model}", *which, f"--out_dir={out}",
                       f"--config.api_key_env={key_env}", *eval_args)
 
@@ -251,7 +252,7 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
     runs = [d for d in (tpu, gpu, p.path("bench"), *(out for _, _, out in evals))
             if _complete(d, "run.json") or _complete(d, "summary.json")]
     stage("report", lambda: False, lambda: p.run(
-        "report", "report.render", f"--runs={','.join(runs)}", f"--out={p.path('report')}"))
+        "report", "//report:report", f"--runs={','.join(runs)}", f"--out={p.path('report')}"))
     return status
 
 
@@ -288,9 +289,9 @@ def _start_server(p, serve_config, model, adapters, served_name, port):
     if os.path.exists(record):
         os.remove(record)  # the record of this server, not of an earlier one
     server = launcher.Server(
-        [*p.python, "-m", "serving.serve", f"--config={serve_config}", f"--model={model}",
-         *adapters, f"--served_model_name={served_name}", f"--port={port}",
-         f"--run_dir={p.path('serve')}"],
+        binaries.command("//serving:serve", f"--config={serve_config}", f"--model={model}",
+                         *adapters, f"--served_model_name={served_name}", f"--port={port}",
+                         f"--run_dir={p.path('serve')}"),
         env=p.env, log_path=p.path("logs", "serve.log"), echo=False).start()
     try:
         server.wait_ready(f"http://127.0.0.1:{port}", SERVER_START_TIMEOUT_S,

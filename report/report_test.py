@@ -1,10 +1,10 @@
 import json
 import os
 import subprocess
-import sys
 
 from absl.testing import absltest
 
+from common import binaries
 from common import gcs_emulator
 from common import storage
 from report import comparison
@@ -55,9 +55,9 @@ def fake_eval(directory, solved):
 
 def render(directories, out):
     """//report:report over `directories`, as a user runs it."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    return subprocess.run([sys.executable, "-m", "report.render",
-                           "--runs=" + ",".join(directories), f"--out={out}"],
+    env = binaries.child_env()
+    return subprocess.run(binaries.command("//report:report", "--runs=" + ",".join(directories),
+                                           f"--out={out}"),
                           env=env, capture_output=True, text=True, timeout=300, check=False)
 
 

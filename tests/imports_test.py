@@ -10,10 +10,12 @@ import (at the top or inside a function) must come from
   * a third-party distribution named by a `requirement()` in the target's own
     deps, found in a lock file (third_party/requirements/) by its normalized
     name, or through MODULE_DISTRIBUTIONS where the import name differs.
-Offline, every package comes from one virtualenv, so an undeclared import passes
-every other test here and fails only under Bazel 7+, where a target sees only the
-packages it declares (rules_python puts each requirement's site-packages on the
-path of the targets that depend on it).
+An import in an `except ImportError:` handler is a fallback and needs nothing.
+In both modes a process sees only the packages of its target's transitive deps
+(README, "Two Bazel modes"), so an undeclared import that no dependency brings
+fails at run time anyway; this test also catches one that a dependency happens
+to bring today (declared where it is imported, it survives that dependency's
+change), and does so without running anything.
 """
 
 import os
@@ -136,7 +138,9 @@ class ImportsTest(absltest.TestCase):
                 'py_binary(name = "a_bin", srcs = ["a.py"], deps = [":a"])\n'
                 'py_library(name = "b", srcs = ["b.py"], deps = [":a"])\n'),
             "pkg/a.py": "import os\nfrom absl import flags\n\n\ndef f():\n    import numpy\n",
-            "pkg/b.py": "from pkg import a\nfrom pkg import c\nimport yaml\n",
+            # A fallback import (in an ImportError handler) is not a dependency.
+            "pkg/b.py": ("from pkg import a\nfrom pkg import c\nimport yaml\ntry:\n"
+                         "    import numpy\nexcept ImportError:\n    import not_locked\n"),
             "pkg/c.py": "",
         }
         for path, text in files.items():
@@ -152,6 +156,7 @@ class ImportsTest(absltest.TestCase):
             "//pkg:b pkg/b.py:2: pkg is in no lock file (a new package, or an import name "
             "missing from MODULE_DISTRIBUTIONS)",
             '//pkg:b pkg/b.py:3: imports yaml without requirement("pyyaml")',
+            '//pkg:b pkg/b.py:5: imports numpy without requirement("numpy")',
         ])
 
     def test_a_first_party_import_needs_its_target(self):

@@ -90,8 +90,9 @@ def violations(root, packages, layers, tooling=()):
 
 
 def _code_package(root, label):
-    """The package of a dependency on code in the tree; None for files and externals."""
-    if not label.startswith("//") or is_file(root, label):
+    """The package of a dependency on code in the tree; None for files and externals
+    (third_party/ holds stand-ins for external repositories: pinned tools and data)."""
+    if not label.startswith("//") or label.startswith("//third_party/") or is_file(root, label):
         return None
     return package_of(label)
 

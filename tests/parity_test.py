@@ -16,12 +16,12 @@ import json
 import os
 import struct
 import subprocess
-import sys
 
 import numpy as np
 from absl.testing import absltest
 from tensorboardX.proto import event_pb2
 
+from common import binaries
 from conversion import exporting
 from data import codev
 from data import sources
@@ -47,11 +47,11 @@ COMMON = ("--config.lora.dropout=0.0",
           "--config.optimizer.warmup_steps=2")
 
 
-def _run(module, workdir, *extra):
+def _run(binary, workdir, *extra):
     """(step records, validation records) of a run."""
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    result = subprocess.run([sys.executable, "-m", module, f"--workdir={workdir}", *COMMON,
-                             *extra], env=env, capture_output=True, text=True, timeout=1200)
+    env = binaries.child_env()
+    result = subprocess.run(binaries.command(binary, f"--workdir={workdir}", *COMMON,
+                             *extra), env=env, capture_output=True, text=True, timeout=1200)
     assert result.returncode == 0, result.stderr[-5000:]
     with open(os.path.join(workdir, "metrics.jsonl")) as f:
         records = [json.loads(line) for line in f]
@@ -117,15 +117,15 @@ class ParityTest(absltest.TestCase):
         chats = data_testing.write_jsonl(tmp, rows + data_testing.CHATS, name="chats.jsonl")
         data = (f"--config.data.source={chats}", f"--config.data.eval_fraction={EVAL_FRACTION}",
                 f"--config.eval_every_steps={EVAL_EVERY}", f"--config.model.name={base}")
-        cls.stacks = {"tpu": ("training.tpu.sft", f"--config.lora.init_from={orbax_dir}", *data),
-                      "gpu": ("training.gpu.sft", f"--config.lora.init_from={peft_dir}", *data)}
+        cls.stacks = {"tpu": ("//training/tpu:sft", f"--config.lora.init_from={orbax_dir}", *data),
+                      "gpu": ("//training/gpu:sft", f"--config.lora.init_from={peft_dir}", *data)}
 
     def _runs(self, packed):
         """{stack: (step records, validation records, run.json)} of both stacks."""
         out = {}
-        for stack, (module, *args) in self.stacks.items():
+        for stack, (binary, *args) in self.stacks.items():
             workdir = os.path.join(self.tmp, f"{stack}-{'packed' if packed else 'padded'}")
-            out[stack] = (*_run(module, workdir, f"--config.data.packing={packed}", *args),
+            out[stack] = (*_run(binary, workdir, f"--config.data.packing={packed}", *args),
                           run_dir_lib.read_run_info(workdir), workdir)
         return out
 

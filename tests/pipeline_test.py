@@ -12,10 +12,10 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 
 from absl.testing import absltest
 
+from common import binaries
 from report import pipeline as pipeline_lib
 
 # The demo on two short sample tasks: both stacks learn their rows, greedy answers.
@@ -25,12 +25,13 @@ ARGS = ("--demo_steps=30", "--problems=Prob001_zero,Prob005_notgate",
 
 
 def pipeline(workdir, *extra):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), JAX_PLATFORMS="cpu")
-    for name in ("VLLM_CACHE_ROOT", "XDG_CACHE_HOME", "HF_HOME"):  # a read-only home
-        env[name] = os.path.join(os.environ["TEST_TMPDIR"], name.lower())
-    return subprocess.run([sys.executable, "-m", "report.pipeline", f"--workdir={workdir}",
-                           *ARGS, *extra], env=env, capture_output=True, text=True,
-                          timeout=1800, check=False)
+    tmp = os.environ["TEST_TMPDIR"]
+    env = binaries.child_env(JAX_PLATFORMS="cpu", **{  # a read-only home
+        name: os.path.join(tmp, name.lower())
+        for name in ("VLLM_CACHE_ROOT", "XDG_CACHE_HOME", "HF_HOME")})
+    return subprocess.run(binaries.command("//report:pipeline", f"--workdir={workdir}",
+                                           *ARGS, *extra), env=env, capture_output=True,
+                          text=True, timeout=1800, check=False)
 
 
 class ServePlansTest(absltest.TestCase):

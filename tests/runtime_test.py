@@ -8,8 +8,9 @@ MODULE.bazel and the locks (README, "Runtimes"); no Bazel 7 needed.
     stack's torch and everything that depends on it (peft, accelerate, trl)
     follow the setting; the two locks differ only by torch's build and what the
     CUDA build adds;
-  * offline, ./bazelw builds the same universes into the Python toolchain's
-    virtualenv (tools/venvs.py).
+  * offline, WORKSPACE's pip hubs install the same locks under the same hub
+    names (third_party/offline/repositories.bzl), pypi_train with the GPU lock on
+    a GPU machine.
 """
 
 import ast
@@ -20,7 +21,6 @@ from absl.testing import absltest
 
 from common import repo
 from tests import build_files
-from tools import venvs
 
 _REQUIREMENTS = os.path.join("third_party", "requirements")
 LIBTPU = "@pypi_train_tpu//:libtpu"
@@ -102,15 +102,27 @@ class RuntimeTest(absltest.TestCase):
         with open(os.path.join(self.root, _REQUIREMENTS, "train_tpu.in")) as f:
             self.assertIn(f"jax[tpu]=={cpu['jax']}", f.read())  # libtpu as jax pins it
 
-    def test_offline_the_toolchain_is_the_runtime_of_the_machine(self):
-        self.assertEqual(venvs.TRAIN_VENVS, {"cpu": "train", "tpu": "train_tpu",
-                                             "gpu": "train_gpu"})
-        lock = lambda name: os.path.join(venvs.LOCKS, f"{name}_lock.txt")
-        self.assertEqual(venvs.locks_of("train"), [lock("train")])
-        self.assertEqual(venvs.locks_of("train_tpu"), [lock("train"), lock("train_tpu")])
-        self.assertEqual(venvs.locks_of("train_gpu"), [lock("train_gpu")])
-        self.assertEqual(venvs.locks_of("libtpu"), [lock("train_tpu")])
-
+    def test_offline_the_hubs_install_what_the_online_hubs_do(self):
+        with open(os.path.join(self.root, "WORKSPACE")) as f:
+            workspace = ast.parse(f.read())
+        offline = {}
+        for node in ast.walk(workspace):
+            if isinstance(node, ast.Call) and ast.unparse(node.func) == "pip_hub":
+                args = {k.arg: ast.literal_eval(k.value) for k in node.keywords}
+                offline[args["name"]] = (args["lock"], args.get("gpu_lock"))
+        online = {}
+        for call in module_calls(self.root, "pip.parse"):
+            hub = ast.literal_eval(call["hub_name"])
+            if "requirements_lock" in call:
+                online[hub] = (ast.literal_eval(call["requirements_lock"]), None)
+            else:
+                by_platform = ast.literal_eval(call["requirements_by_platform"])
+                (cpu,) = [l for l, p in by_platform.items() if "linux_x86_64_cpu" in p]
+                (gpu,) = [l for l, p in by_platform.items() if "linux_x86_64_gpu" in p]
+                online[hub] = (cpu, gpu)
+        self.assertEqual(offline, online)
+        self.assertEqual(offline["pypi_train"][1],
+                         "//third_party/requirements:train_gpu_lock.txt")
 
 if __name__ == "__main__":
     absltest.main()

@@ -23,10 +23,11 @@ import time
 
 from absl.testing import absltest
 
+from common import pinned
 from common import repo
 
 _TARGET = "//training/tpu:image"
-_TOOLS = ("bazel-4", "bwrap", "skopeo", "umoci")
+_TOOLS = ("bazel-4", "skopeo", "umoci")  # ./bazelw installs them; bwrap is pinned
 
 
 def du(path):
@@ -82,7 +83,7 @@ class TrainingImageTest(absltest.TestCase):
 
         runs = os.path.join(tmp, "runs")
         os.makedirs(runs)
-        command = ["bwrap", "--bind", rootfs, "/", "--proc", "/proc", "--dev", "/dev",
+        command = [pinned.path("bwrap"), "--bind", rootfs, "/", "--proc", "/proc", "--dev", "/dev",
                    "--tmpfs", "/tmp", "--bind", runs, "/runs", "--unshare-all",
                    "--die-with-parent", "--clearenv"]
         for item in config["Env"]:

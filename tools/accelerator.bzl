@@ -2,8 +2,8 @@
 
 `//common:accelerator` is a string flag (cpu, tpu or gpu). Its default is what the
 machine running Bazel has, detected once per Bazel server by the `local_accelerator`
-repository (tools/accelerator.py, the same detection ./bazelw uses for its
-virtualenvs; G4_ACCELERATOR overrides it): a TPU VM resolves libtpu for the TPU
+repository (tools/accelerator.py, the same detection ./bazelw exports for the
+offline `pypi_train` hub; G4_ACCELERATOR overrides it): a TPU VM resolves libtpu for the TPU
 stack and a GPU VM CUDA torch for the GPU stack, with no flag to know, and CPU
 machines (CI) download neither. `--config=cpu|tpu|gpu` (.bazelrc) chooses by hand,
 e.g. to build on one machine for another.

@@ -3,11 +3,11 @@
     python3 tools/accelerator.py
 
 The one detection behind the `//common:accelerator` default (tools/accelerator.bzl runs
-it when Bazel sets up the repository) and behind the virtualenv ./bazelw builds
-(tools/venvs.py). G4_ACCELERATOR overrides it. A TPU VM exposes its chips as
+it when Bazel sets up the repository) and behind the lock the offline
+`pypi_train` hub installs (./bazelw exports it). G4_ACCELERATOR overrides it. A TPU VM exposes its chips as
 /dev/accel* (up to v4) or VFIO groups /dev/vfio/N (v5e, v5p, v6e); an NVIDIA GPU
 machine has the driver's /proc/driver/nvidia/version or /dev/nvidiactl.
-Standard library only: it runs before any virtualenv exists.
+Standard library only: it runs with the system python3, outside Bazel.
 """
 
 import glob

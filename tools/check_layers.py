@@ -25,6 +25,9 @@ ROOT = repo.source_root()
 _EDGE = re.compile(r'^\s*"(//[^"]*)"\s*->\s*"(//[^"]*)"')
 
 
+THIRD_PARTY = "third_party/"
+
+
 def query(expression, *options):
     done = subprocess.run([os.path.join(ROOT, "bazelw"), "query", expression, *options],
                           cwd=ROOT, capture_output=True, text=True, check=False)
@@ -54,7 +57,9 @@ def package_edges(universe):
         match = _EDGE.match(line)
         if match:
             a, b = (label[2:].split(":")[0] for label in match.groups())
-            if a != b:
+            # third_party/ holds what stands for external repositories (pinned
+            # tools, offline stand-ins): no layer, as @repository labels have none.
+            if a != b and not b.startswith(THIRD_PARTY):
                 edges.add((a, b))
     return edges
 

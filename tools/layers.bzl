@@ -8,7 +8,7 @@ BUILD files against this table, and tools/check_layers.py checks the built
 graph with `bazel query`, folder by folder as well as package by package.
 
 `tools/` is not a layer of the product: it holds build and repository tooling
-(the image builder, locks, virtualenvs, pins, this table), imported by no
+(the image builder, locks, the offline pip hubs, pins, this table), imported by no
 product code, visible only to tests and to the build (TOOLING), and using
 nothing of the product but the bottom layer (common/repo.py finds the checkout).
 """

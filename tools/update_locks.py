@@ -6,8 +6,8 @@
 
 Each lock pins every package, transitive ones included, to one version with the
 hashes of its files, for CPython 3.11 on x86_64 Linux. torch resolves to the CPU
-build (2.13.0+cpu); after a change, ./bazelw rebuilds exactly the virtualenvs
-whose lock changed.
+build (2.13.0+cpu); after a change, Bazel reinstalls exactly the hubs whose lock
+changed.
 
 The accelerators' runtimes and the images add to these (README, "Runtimes";
 tools/oci/defs.bzl):
@@ -44,7 +44,7 @@ UNIVERSES = {
     # torchaudio and torchcodec are left out (serving needs neither), and
     # torchvision's pure-Python image transforms, which vLLM's multimodal
     # Gemma 4 class needs, import beside the CPU torch through
-    # tools/venv_site/g4_torchvision_cpu.py.
+    # serving/torchvision_cpu.py.
     "serve": ["--no-emit-package", "torchaudio", "--no-emit-package", "torchcodec"],
 }
 # name -> (the lock it builds on or None, packages it replaces there, extra options,

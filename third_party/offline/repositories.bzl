@@ -1,16 +1,18 @@
 """Repository rules of the offline mode (Bazel 4.2.3, no network).
 
 Online, rules_python provides a hermetic CPython and `pip.parse` hubs built from
-the lock files. Offline, the same labels are served by:
-  * `venv_python_toolchain`: a Python toolchain whose interpreter is a virtualenv
-    that ./bazelw built from a lock file (the training runtime of the machine's
-    accelerator, G4_TRAIN_VENV);
-  * `lock_file_hub`: a `@pypi_*` repository with one (empty) py_library per
-    package of a lock file and the `requirement()` macro, so that BUILD files
-    can name their third-party dependencies in both modes, and a dependency
-    missing from the lock fails the build here too. By default it lists no
-    wheels (`all_whl_requirements` is empty): offline image layers carry the lock
-    files, not the packages;
+the lock files. Offline, the same labels are served as strictly:
+  * `bare_python_toolchain`: a Python toolchain whose interpreter holds no
+    third-party package (a virtualenv of the system python3 without pip), so a
+    process imports only what its target's `deps` put on its path, as online;
+  * `pip_hub(name, lock)`: the hub `@NAME` (the `requirement()` macro and one
+    alias per package of the lock, so that BUILD files name their third-party
+    dependencies the same way in both modes and a package missing from the lock
+    fails the build here too) over `@NAME_site`, where tools/pip_hub.py installs
+    the lock by hash with one folder and one py_library per package, its `deps`
+    read from its METADATA, the way rules_python lays out wheels. By default
+    the hub lists no wheels (`all_whl_requirements` is empty): offline image
+    layers carry the lock files, not the packages;
   * `offline_base_image`: the repository an `oci.pull` creates online, holding a
     small local layout (`oci_offline_base`) that stands for the pulled base and
     is pinned by its own digest.
@@ -53,11 +55,11 @@ def _lock_packages(content):
         packages.append(_normalize(spec.split("==")[0].split("[")[0]))
     return packages
 
-def _lock_file_hub_impl(rctx):
+def _hub_impl(rctx):
     packages = _lock_packages(rctx.read(rctx.attr.lock))
     build = ['package(default_visibility = ["//visibility:public"])', ""]
     for pkg in packages:
-        build.append('py_library(name = "%s")' % pkg)
+        build.append('alias(name = "%s", actual = "@%s//:%s")' % (pkg, rctx.attr.site, pkg))
     wheels = {}
     if _real_images(rctx):
         _run(rctx, "downloading the wheels of %s" % rctx.attr.lock, [
@@ -91,24 +93,103 @@ all_whl_requirements = all_whl_requirements_by_package.values()
         wheels = repr(wheels),
     ))
 
-lock_file_hub = repository_rule(
-    implementation = _lock_file_hub_impl,
-    attrs = {"lock": attr.label(mandatory = True, allow_single_file = True)},
+_hub = repository_rule(
+    implementation = _hub_impl,
+    doc = "`@NAME`: requirement(), aliases into `site`, and the wheels of real images.",
+    attrs = {
+        "lock": attr.label(mandatory = True, allow_single_file = True),
+        "site": attr.string(mandatory = True),
+    },
     environ = [REAL_IMAGES_ENV],
 )
 
-def _venv_python_toolchain_impl(rctx):
-    root = rctx.path(Label("//:WORKSPACE")).dirname
+def _site_impl(rctx):
+    # Reading a file through its label makes the repository depend on it.
+    for label in rctx.attr._installer:
+        rctx.read(label)
+    lock = rctx.attr.lock
+    if rctx.attr.gpu_lock and rctx.os.environ.get("G4_ACCELERATOR") == "gpu":
+        lock = rctx.attr.gpu_lock  # as MODULE.bazel's pypi_train on linux_x86_64_gpu
+    python = rctx.path(Label("@offline_python//:bin/python3"))
+    rctx.report_progress("installing %s, one folder per package" % lock)
+    _run(rctx, "installing the packages of %s" % lock, [
+        rctx.which("python3"),
+        rctx.path(Label("//tools:pip_hub.py")),
+        "--lock",
+        rctx.path(lock),
+        "--python",
+        python,
+        "--out",
+        rctx.path("."),
+    ])
 
-    # ./bazelw names the training runtime of this machine's accelerator.
-    venv = rctx.os.environ.get("G4_TRAIN_VENV") or "%s/%s" % (root, rctx.attr.venv)
-    python = rctx.path("%s/bin/python3" % venv)
-    if not python.exists:
-        fail("No virtualenv at %s. Run Bazel through ./bazelw, which builds it from %s." %
-             (python, rctx.attr.lock))
+_site = repository_rule(
+    implementation = _site_impl,
+    doc = "`@NAME_site`: a lock's packages, one folder and one py_library each (tools/pip_hub.py).",
+    attrs = {
+        "lock": attr.label(mandatory = True, allow_single_file = True),
+        "gpu_lock": attr.label(allow_single_file = True),
+        # Fetched again when the installer changes.
+        "_installer": attr.label_list(default = [
+            Label("//tools:pip_hub.py"),
+            Label("//tools:venvs.py"),
+            Label("//third_party/requirements:uv_lock.txt"),
+        ]),
+    },
+    environ = ["G4_ACCELERATOR"],
+)
+
+def pip_hub(name, lock, gpu_lock = None):
+    """`@NAME`, the hub BUILD files load `requirement` from, over `@NAME_site`.
+
+    `gpu_lock`: the lock on a GPU machine (G4_ACCELERATOR=gpu), as the online
+    hub resolves train_gpu_lock.txt there. The hub itself is cheap: loading a
+    BUILD file fetches it, while the packages are installed only when a target
+    that needs them is analysed.
+    """
+    _hub(name = name, lock = lock, site = name + "_site")
+    _site(name = name + "_site", lock = lock, gpu_lock = gpu_lock)
+
+# The offline interpreter's sitecustomize. A package's folder is on sys.path as
+# its runfiles path, which holds only the package's `.import_root` link
+# (tools/pip_hub.py): the entry is replaced by the real folder the link points
+# into. PYTHONPATH, which Bazel 4's launcher uses to pass those paths, is
+# dropped once read, so a child process gets no borrowed path (online, the
+# rules_python bootstrap passes none either).
+_SITECUSTOMIZE = """\
+import os
+import sys
+
+
+def _real(entry):
+    marker = os.path.join(entry, ".import_root")
+    if os.path.islink(marker):
+        return os.path.dirname(os.path.realpath(marker))
+    return entry
+
+
+sys.path[:] = [_real(entry) for entry in sys.path]
+os.environ.pop("PYTHONPATH", None)
+"""
+
+def _bare_python_toolchain_impl(rctx):
+    python = rctx.which("python3")
+    if not python:
+        fail("python3 is not on PATH: the offline mode builds its interpreter from it")
+    _run(rctx, "creating the bare interpreter", [python, "-m", "venv", "--without-pip", rctx.path("venv")])
+    site = rctx.execute([
+        rctx.path("venv/bin/python3"),
+        "-c",
+        "import sysconfig; print(sysconfig.get_paths()['purelib'])",
+    ]).stdout.strip()
+    rctx.file(site + "/sitecustomize.py", _SITECUSTOMIZE)
+    rctx.symlink("venv/bin", "bin")
+    interpreter = rctx.path("venv/bin/python3")
     rctx.file("BUILD.bazel", """\
 load("@bazel_tools//tools/python:toolchain.bzl", "py_runtime_pair")
 load("@rules_python//python:defs.bzl", "py_runtime")
+
+exports_files(["bin/python3"])
 
 py_runtime(
     name = "runtime",
@@ -129,16 +210,11 @@ toolchain(
     toolchain = ":runtime_pair",
     toolchain_type = "@bazel_tools//tools/python:toolchain_type",
 )
-""".format(python = python))
+""".format(python = interpreter))
 
-venv_python_toolchain = repository_rule(
-    implementation = _venv_python_toolchain_impl,
-    attrs = {
-        "venv": attr.string(mandatory = True, doc = "Unless G4_TRAIN_VENV names another."),
-        "lock": attr.string(mandatory = True),
-    },
-    environ = ["G4_TRAIN_VENV"],
-    local = True,
+bare_python_toolchain = repository_rule(
+    implementation = _bare_python_toolchain_impl,
+    doc = "`@NAME//:toolchain`: the system python3 with no third-party package.",
 )
 
 def _offline_base_image_impl(rctx):

@@ -18,19 +18,12 @@ the image's layers need (//tests:training_image_test runs one).
 """
 
 import argparse
-import hashlib
-import io
 import os
-import posixpath
-import re
-import subprocess
 import sys
-import tarfile
-import urllib.parse
-import urllib.request
 
 # Run as a script (by the offline base repository), the checkout is not on sys.path.
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir))
+from tools import debs  # pylint: disable=wrong-import-position
 from tools.oci import ocibuild  # pylint: disable=wrong-import-position
 
 LOCK = os.path.join(os.path.dirname(os.path.abspath(__file__)), "python_base_debs.txt")
@@ -49,92 +42,31 @@ PACKAGES = (
 LINKS = {"usr/bin/python3": "python3.11", "bin/sh": "dash"}
 
 
-class BaseError(Exception):
-    pass
+BaseError = debs.DebError
 
 
 def read_lock(path=LOCK):
     """[(package, url, sha256)] of the lock file."""
-    entries = []
-    with open(path) as f:
-        for line in f:
-            if line.strip() and not line.startswith("#"):
-                package, url, digest = line.split()
-                entries.append((package, url, digest))
-    return entries
+    return debs.read_lock(path)
 
 
 def update(path=LOCK):
     """Pins each package's candidate on this machine's apt sources (Debian 12)."""
-    lines = ["# Debian bookworm packages of the offline Python base (tools/oci/debian_base.py",
-             "# update); PACKAGE URL SHA256."]
-    for package in PACKAGES:
-        out = subprocess.run(["apt-get", "download", "--print-uris", "-qq", package],
-                             check=True, capture_output=True, text=True).stdout
-        match = re.match(r"'(\S+)' \S+ \d+ SHA256:([0-9a-f]{64})", out.strip())
-        if not match:
-            raise BaseError(f"apt-get download --print-uris {package}: {out!r}")
-        lines.append(f"{package} {match.group(1)} {match.group(2)}")
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    debs.pin(PACKAGES, path, ["Debian bookworm packages of the offline Python base "
+                              "(tools/oci/debian_base.py", "update)."])
 
 
 def fetch(dest, path=LOCK):
     """Downloads every pinned .deb into `dest` (kept if present and intact)."""
-    os.makedirs(dest, exist_ok=True)
-    for package, url, digest in read_lock(path):
-        target = os.path.join(dest, filename(url))
-        if os.path.exists(target) and _sha256(target) == digest:
-            continue
-        try:
-            with urllib.request.urlopen(url, timeout=120) as response:
-                data = response.read()
-        except OSError as e:
-            raise BaseError(f"{package}: cannot download {url} ({e}); if Debian has moved "
-                            "past this version, run `python3 tools/oci/debian_base.py "
-                            "update`") from e
-        if hashlib.sha256(data).hexdigest() != digest:
-            raise BaseError(f"{package}: {url} does not match its sha256 in {path}")
-        with open(target + ".tmp", "wb") as f:
-            f.write(data)
-        os.replace(target + ".tmp", target)
-
-
-def filename(url):
-    return urllib.parse.unquote(posixpath.basename(url))
-
-
-def _sha256(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
-def deb_data(deb):
-    """The data.tar.* member of a .deb (an `ar` archive), as an open tarfile."""
-    with open(deb, "rb") as f:
-        blob = f.read()
-    if not blob.startswith(b"!<arch>\n"):
-        raise BaseError(f"{deb}: not a Debian package")
-    offset = 8
-    while offset + 60 <= len(blob):
-        header = blob[offset:offset + 60]
-        name = header[:16].decode().strip().rstrip("/")
-        size = int(header[48:58].decode().strip())
-        body = blob[offset + 60:offset + 60 + size]
-        if name.startswith("data.tar"):
-            if name.endswith(".zst"):
-                raise BaseError(f"{deb}: zstd-compressed data is not supported")
-            return tarfile.open(fileobj=io.BytesIO(body), mode="r:*")
-        offset += 60 + size + (size % 2)
-    raise BaseError(f"{deb}: no data.tar member")
+    debs.fetch(dest, path, "run `python3 tools/oci/debian_base.py update`")
 
 
 def build_layer(debs_dir, out, path=LOCK):
     layer = ocibuild.Layer()
     for package, url, _ in read_lock(path):
-        with deb_data(os.path.join(debs_dir, filename(url))) as tar:
+        with debs.deb_data(os.path.join(debs_dir, debs.filename(url))) as tar:
             for member in tar.getmembers():
-                name = posixpath.normpath(member.name).lstrip("./")
+                name = debs.relative(member.name)
                 if not name or member.isdir():
                     continue
                 if name.startswith(("usr/share/doc/", "usr/share/man/", "usr/share/lintian/")):
@@ -142,7 +74,7 @@ def build_layer(debs_dir, out, path=LOCK):
                 if member.issym():
                     layer.add_link(name, member.linkname)
                 elif member.islnk():
-                    target = posixpath.normpath(member.linkname).lstrip("./")
+                    target = debs.relative(member.linkname)
                     layer.add(name, *layer.files[ocibuild.normalize(target)])
                 elif member.isfile():
                     layer.add(name, tar.extractfile(member).read(),

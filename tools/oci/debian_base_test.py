@@ -8,50 +8,27 @@ import tarfile
 
 from absl.testing import absltest
 
+from tools import deb_testing
+from tools import debs
 from tools.oci import debian_base
-
-
-def tar_xz(entries):
-    out = io.BytesIO()
-    with tarfile.open(fileobj=out, mode="w:xz") as tar:
-        for name, value in entries:
-            info = tarfile.TarInfo(name)
-            if isinstance(value, bytes):
-                info.size, info.mode = len(value), 0o755
-                tar.addfile(info, io.BytesIO(value))
-            else:
-                info.type, info.linkname = tarfile.SYMTYPE, value
-                tar.addfile(info)
-    return out.getvalue()
-
-
-def deb(entries):
-    """An `ar` archive as dpkg-deb writes one: debian-binary, control, data."""
-    members = [("debian-binary", b"2.0\n"), ("control.tar.xz", tar_xz([])),
-               ("data.tar.xz", tar_xz(entries))]
-    out = b"!<arch>\n"
-    for name, body in members:
-        out += f"{name + '/':<16}{0:<12}{0:<6}{0:<6}{'100644':<8}{len(body):<10}`\n".encode()
-        out += body + (b"\n" if len(body) % 2 else b"")
-    return out
 
 
 class DebianBaseTest(absltest.TestCase):
 
     def test_layer_from_pinned_packages(self):
         tmp = self.create_tempdir().full_path
-        debs = os.path.join(tmp, "debs")
-        os.makedirs(debs)
-        data = deb([("./usr/bin/python3.11", b"\x7fELF"), ("./usr/share/doc/x/README", b"doc"),
+        debs_dir = os.path.join(tmp, "debs")
+        os.makedirs(debs_dir)
+        data = deb_testing.deb([("./usr/bin/python3.11", b"\x7fELF"), ("./usr/share/doc/x/README", b"doc"),
                     ("./lib64/ld-linux-x86-64.so.2", "/lib/x86_64-linux-gnu/ld.so")])
-        with open(os.path.join(debs, "p_1_amd64.deb"), "wb") as f:
+        with open(os.path.join(debs_dir, "p_1_amd64.deb"), "wb") as f:
             f.write(data)
         lock = os.path.join(tmp, "lock.txt")
         with open(lock, "w") as f:
             f.write(f"p http://127.0.0.1:9/pool/p_1_amd64.deb "
                     f"{hashlib.sha256(data).hexdigest()}\n")
         out = os.path.join(tmp, "base.tar.gz")
-        debian_base.build_layer(debs, out, lock)
+        debian_base.build_layer(debs_dir, out, lock)
         with tarfile.open(fileobj=io.BytesIO(gzip.decompress(open(out, "rb").read()))) as tar:
             members = {m.name: m for m in tar.getmembers()}
         self.assertEqual(members["usr/bin/python3.11"].mode, 0o755)
@@ -61,11 +38,11 @@ class DebianBaseTest(absltest.TestCase):
         self.assertEqual(members["bin/sh"].linkname, "dash")
         self.assertNotIn("usr/share/doc/x/README", members)
         # Present and intact: fetch keeps it without a download (the URL answers nothing).
-        debian_base.fetch(debs, lock)
-        with open(os.path.join(debs, "p_1_amd64.deb"), "ab") as f:
+        debian_base.fetch(debs_dir, lock)
+        with open(os.path.join(debs_dir, "p_1_amd64.deb"), "ab") as f:
             f.write(b"changed")
         with self.assertRaisesRegex(debian_base.BaseError, "cannot download"):
-            debian_base.fetch(debs, lock)
+            debian_base.fetch(debs_dir, lock)
 
     def test_the_lock_pins_every_package_by_sha256(self):
         entries = debian_base.read_lock()
@@ -79,7 +56,7 @@ class DebianBaseTest(absltest.TestCase):
         with open(path, "wb") as f:
             f.write(b"PK\x03\x04")
         with self.assertRaisesRegex(debian_base.BaseError, "not a Debian package"):
-            debian_base.deb_data(path)
+            debs.deb_data(path)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,11 @@ and sets the entrypoint (`python3 -m MODULE ARGS...`), PYTHONPATH and labels (th
 source commit, each lock's sha256, the base digest, the vLLM/JAX/torch versions).
 It defines the image `name` (an OCI layout) and `push_name`, which pushes it
 (`bazel run //serving:push_tpu_image -- --repository=HOST/PATH --tag=TAG`: the
-digest, then each TAG given; no tag without --tag).
+digest, then each TAG given; no tag without --tag). There is no default
+repository: a push without --repository is refused with one error line (online
+rules_oci's "repository not set", offline our stand-in's). Every target here is
+`manual`: `bazel build //...` and `bazel test //...` build no image (online, an
+image would pull its multi-GB base); name one to build it.
 
 Online, `oci_image` and `oci_push` are rules_oci's; offline (Bazel 4.2.3), the
 stand-ins in third_party/offline/rules_oci build the same layout with
@@ -21,6 +25,9 @@ load("@rules_oci//oci:defs.bzl", "oci_image", "oci_push")
 load(":bases.bzl", "BASES")
 
 _OCIBUILD = Label("//tools/oci:ocibuild")
+
+# Images are built when asked for by name, never by a `//...` pattern.
+_MANUAL = ["manual"]
 
 APP_DIR = "/app"
 PYTHON_PREFIX = "/opt/g4"
@@ -138,7 +145,6 @@ def project_image(
         module,
         args,
         locks,
-        repository,
         wheels = [],
         packages = [],
         env = {}):
@@ -152,7 +158,6 @@ def project_image(
       module: the binary's module (`python3 -m MODULE`).
       args: arguments after the module (the machine config).
       locks: lock files of the Python layer, hashed into the labels.
-      repository: default push repository (`-- --repository=...` overrides).
       wheels: wheels installed into the Python layer.
       packages: packages whose locked version becomes a label.
       env: extra environment (`$NAME` expands to the base's value).
@@ -161,15 +166,21 @@ def project_image(
         fail("%s: unknown base %r; known: %s" % (name, base, ", ".join(BASES)))
     pinned = BASES[base]
     image_name, _, base_digest = pinned["image"].partition("@")
-    app_layer(name = name + "_app_layer", binary = binary)
-    python_layer(name = name + "_python_layer", locks = locks, wheels = wheels)
+    app_layer(name = name + "_app_layer", binary = binary, tags = _MANUAL)
+    python_layer(name = name + "_python_layer", locks = locks, wheels = wheels, tags = _MANUAL)
     labels = {
         "org.opencontainers.image.base.name": image_name,
         "org.opencontainers.image.base.digest": base_digest,
     }
     for package, version in pinned["versions"].items():
         labels["dev.gemma4-toolkit.version." + package] = version
-    image_labels(name = name + "_labels", locks = locks, packages = packages, labels = labels)
+    image_labels(
+        name = name + "_labels",
+        locks = locks,
+        packages = packages,
+        labels = labels,
+        tags = _MANUAL,
+    )
     oci_image(
         name = name,
         base = pinned["label"],
@@ -178,6 +189,7 @@ def project_image(
         env = dict(env, PYTHONPATH = "%s:%s/site-packages" % (APP_DIR, PYTHON_PREFIX)),
         workdir = APP_DIR,
         labels = name + "_labels",
+        tags = _MANUAL,
     )
 
     # No remote_tags: rules_oci pushes them in addition to every --tag, so a
@@ -185,5 +197,5 @@ def project_image(
     oci_push(
         name = push_name,
         image = name,
-        repository = repository,
+        tags = _MANUAL,
     )

@@ -30,6 +30,7 @@ import shutil
 import sys
 import tarfile
 import zipfile
+import zlib
 
 EPOCH = "1970-01-01T00:00:00Z"
 LAYER_MEDIA_TYPE = "application/vnd.oci.image.layer.v1.tar+gzip"
@@ -65,13 +66,70 @@ def _file_mode(executable):
     return 0o755 if executable else 0o644
 
 
+CHUNK = 1 << 20  # bytes read and written at a time: a layer never sits in memory whole
+
+
+class Bytes:
+    """A file's content held in memory (small files: scripts, labels, tests)."""
+
+    def __init__(self, data):
+        self.data = data
+        self.size = len(data)
+
+    def open(self):
+        return io.BytesIO(self.data)
+
+
+class FileSource:
+    """A file on disk, read when the layer is written."""
+
+    def __init__(self, path):
+        self.path = path
+        self.size = os.path.getsize(path)
+
+    def open(self):
+        return open(self.path, "rb")
+
+
+class WheelMember:
+    """A member of an open wheel, decompressed when the layer is written."""
+
+    def __init__(self, archive, info):
+        self.archive = archive
+        self.info = info
+        self.size = info.file_size
+
+    def open(self):
+        return self.archive.open(self.info)
+
+
+def _as_source(data):
+    return Bytes(data) if isinstance(data, (bytes, bytearray)) else data
+
+
+def _same_content(a, b):
+    if a.size != b.size:
+        return False
+    digests = []
+    for source in (a, b):
+        digest = hashlib.sha256()
+        with source.open() as f:
+            for chunk in iter(lambda f=f: f.read(CHUNK), b""):
+                digest.update(chunk)
+        digests.append(digest.digest())
+    return digests[0] == digests[1]
+
+
 class Layer:
-    """The files of one layer: image path -> (bytes, executable); symbolic links:
-    image path -> target."""
+    """The files of one layer: image path -> (source, executable), where a source
+    has `size` and `open()` (Bytes, FileSource, WheelMember); symbolic links:
+    image path -> target. Contents are read only while the layer is written, one
+    chunk at a time, so a layer of many GB is built in bounded memory."""
 
     def __init__(self):
         self.files = {}
         self.links = {}
+        self._archives = []
 
     def add_link(self, path, target):
         name = normalize(path)
@@ -80,15 +138,15 @@ class Layer:
         self.links[name] = target
 
     def add(self, path, data, executable=False):
+        """`data`: bytes or a source."""
         name = normalize(path)
-        if name in self.files and self.files[name][0] != data:
+        source = _as_source(data)
+        if name in self.files and not _same_content(self.files[name][0], source):
             raise BuildError(f"{path}: two different files for one path in the layer")
-        self.files[name] = (data, executable)
+        self.files[name] = (source, executable)
 
     def add_file(self, path, source):
-        with open(source, "rb") as f:
-            data = f.read()
-        self.add(path, data, executable=os.access(source, os.X_OK))
+        self.add(path, FileSource(source), executable=os.access(source, os.X_OK))
 
     def add_wheel(self, wheel, site_packages, bin_dir, data_dir):
         """Installs `wheel` as pip would lay it out (no compiled .pyc, no INSTALLER)."""
@@ -96,35 +154,44 @@ class Layer:
             archive = zipfile.ZipFile(wheel)
         except (OSError, zipfile.BadZipFile) as e:
             raise BuildError(f"{wheel}: not a wheel ({e})") from e
+        self._archives.append(archive)  # open until the layer is written
         targets = {"purelib": site_packages, "platlib": site_packages,
                    "scripts": bin_dir, "data": data_dir}
-        with archive:
-            for info in archive.infolist():
-                if info.is_dir():
+        for info in archive.infolist():
+            if info.is_dir():
+                continue
+            parts = info.filename.split("/")
+            if info.filename.startswith("/") or ".." in parts:
+                raise BuildError(f"{wheel}: member {info.filename!r} leaves the wheel")
+            top, _, rest = info.filename.partition("/")
+            if top.endswith(".data"):
+                kind, _, inner = rest.partition("/")
+                if kind == "headers":
                     continue
-                parts = info.filename.split("/")
-                if info.filename.startswith("/") or ".." in parts:
-                    raise BuildError(f"{wheel}: member {info.filename!r} leaves the wheel")
-                top, _, rest = info.filename.partition("/")
-                if top.endswith(".data"):
-                    kind, _, inner = rest.partition("/")
-                    if kind == "headers":
-                        continue
-                    if kind not in targets:
-                        raise BuildError(f"{wheel}: unknown wheel data directory {kind!r}")
-                    path = posixpath.join(targets[kind], inner)
-                else:
-                    path = posixpath.join(site_packages, info.filename)
-                data = archive.read(info)
-                is_script = top.endswith(".data") and rest.startswith("scripts/")
-                if is_script and data.startswith(b"#!python"):
+                if kind not in targets:
+                    raise BuildError(f"{wheel}: unknown wheel data directory {kind!r}")
+                path = posixpath.join(targets[kind], inner)
+            else:
+                path = posixpath.join(site_packages, info.filename)
+            is_script = top.endswith(".data") and rest.startswith("scripts/")
+            source = WheelMember(archive, info)
+            if is_script:
+                data = archive.read(info)  # scripts are small; the placeholder is rewritten
+                if data.startswith(b"#!python"):
                     # The installer's job: point a script's placeholder at the interpreter.
                     data = b"#!/usr/bin/env python3" + data[len(b"#!python"):]
-                executable = is_script or bool((info.external_attr >> 16) & 0o111)
-                self.add(path, data, executable)
+                source = Bytes(data)
+            executable = is_script or bool((info.external_attr >> 16) & 0o111)
+            self.add(path, source, executable)
 
-    def tar_bytes(self):
-        """The uncompressed tar: parents first, every entry normalised."""
+    def close(self):
+        for archive in self._archives:
+            archive.close()
+        self._archives = []
+
+    def write_tar(self, out):
+        """Writes the uncompressed tar to file object `out`: parents first, every
+        entry normalised, each file's content streamed."""
         names = set(self.files) | set(self.links)
         directories = set()
         for name in names:
@@ -135,8 +202,8 @@ class Layer:
         clashes = sorted((directories & names) | (set(self.files) & set(self.links)))
         if clashes:
             raise BuildError(f"{clashes[0]}: both a file and a directory in the layer")
-        out = io.BytesIO()
-        with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT) as tar:
+        with tarfile.open(fileobj=out, mode="w", format=tarfile.GNU_FORMAT,
+                          copybufsize=CHUNK) as tar:
             for name in sorted(names | directories):
                 info = tarfile.TarInfo(name)
                 info.mtime = 0
@@ -152,17 +219,27 @@ class Layer:
                     info.mode = 0o777
                     tar.addfile(info)
                 else:
-                    data, executable = self.files[name]
-                    info.size = len(data)
+                    source, executable = self.files[name]
+                    info.size = source.size
                     info.mode = _file_mode(executable)
-                    tar.addfile(info, io.BytesIO(data))
+                    with source.open() as f:
+                        tar.addfile(info, f)
+
+    def tar_bytes(self):
+        """The uncompressed tar in memory (small layers and tests)."""
+        out = io.BytesIO()
+        self.write_tar(out)
         return out.getvalue()
+
+
+def gzip_writer(raw):
+    """A deterministic gzip stream over file object `raw` (mtime 0, no file name)."""
+    return gzip.GzipFile(filename="", mode="wb", fileobj=raw, mtime=0, compresslevel=GZIP_LEVEL)
 
 
 def gzip_bytes(data):
     out = io.BytesIO()
-    with gzip.GzipFile(filename="", mode="wb", fileobj=out, mtime=0,
-                       compresslevel=GZIP_LEVEL) as f:
+    with gzip_writer(out) as f:
         f.write(data)
     return out.getvalue()
 
@@ -195,7 +272,19 @@ def build_layer(out, file_lists=(), wheels=(), site_packages="", bin_dir="", dat
 
 
 def write_layer(out, layer):
-    _write_atomic(out, gzip_bytes(layer.tar_bytes()))
+    """Writes `layer` gzip-compressed to path `out`, streaming; no partial file is
+    left behind (written under a temporary name, renamed when complete)."""
+    tmp = out + ".tmp"
+    try:
+        with open(tmp, "wb") as raw, gzip_writer(raw) as compressed:
+            layer.write_tar(compressed)
+        os.replace(tmp, out)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+    finally:
+        layer.close()
 
 
 # ----------------------------------------------------------------------------- images
@@ -226,6 +315,25 @@ class Layout:
         if sha256_digest(data) != digest:
             raise BuildError(f"{self.root}: blob {digest} does not match its digest")
         return data
+
+    def copy_blob(self, source, digest=None):
+        """Copies the file `source` in as a blob, chunk by chunk; returns its
+        descriptor. With `digest`, the copy must have it (a base's blob checked)."""
+        blobs = os.path.join(self.root, "blobs", "sha256")
+        os.makedirs(blobs, exist_ok=True)
+        tmp = os.path.join(blobs, ".incoming")
+        hasher, size = hashlib.sha256(), 0
+        with open(source, "rb") as f, open(tmp, "wb") as out:
+            for chunk in iter(lambda: f.read(CHUNK), b""):
+                hasher.update(chunk)
+                size += len(chunk)
+                out.write(chunk)
+        actual = "sha256:" + hasher.hexdigest()
+        if digest and actual != digest:
+            os.remove(tmp)
+            raise BuildError(f"{source}: blob {digest} does not match its digest")
+        os.replace(tmp, self.blob_path(actual))
+        return {"digest": actual, "size": size}
 
     def write_blob(self, data):
         digest = sha256_digest(data)
@@ -278,6 +386,18 @@ def read_labels(path):
     return labels
 
 
+def _diff_id(path):
+    """The sha256 of a gzip-compressed layer's tar, decompressed chunk by chunk."""
+    hasher = hashlib.sha256()
+    try:
+        with gzip.open(path, "rb") as f:
+            for chunk in iter(lambda: f.read(CHUNK), b""):
+                hasher.update(chunk)
+    except (OSError, EOFError, zlib.error) as e:
+        raise BuildError(f"{path}: not a gzip-compressed layer ({e})") from e
+    return "sha256:" + hasher.hexdigest()
+
+
 def build_image(out, layers, base=None, entrypoint=None, cmd=None, env=(), workdir=None,
                 labels=None, expect_digest=None, created_by="ocibuild"):
     """Writes the OCI layout `out` (a directory, replaced) and returns its manifest digest."""
@@ -290,7 +410,10 @@ def build_image(out, layers, base=None, entrypoint=None, cmd=None, env=(), workd
         _, base_manifest, config = base_layout.manifest()
         layer_descriptors = []
         for descriptor in base_manifest["layers"]:
-            layout.write_blob(base_layout.read_blob(descriptor["digest"]))
+            path = base_layout.blob_path(descriptor["digest"])
+            if not os.path.exists(path):
+                raise BuildError(f"{base}: blob {descriptor['digest']} is missing")
+            layout.copy_blob(path, descriptor["digest"])
             layer_descriptors.append(descriptor)
     else:
         config = {"architecture": "amd64", "os": "linux", "config": {},
@@ -299,15 +422,10 @@ def build_image(out, layers, base=None, entrypoint=None, cmd=None, env=(), workd
     config = json.loads(json.dumps(config))  # a copy
     settings = config.setdefault("config", {})
     for path in layers:
-        with open(path, "rb") as f:
-            compressed = f.read()
-        try:
-            uncompressed = gzip.decompress(compressed)
-        except (OSError, EOFError) as e:
-            raise BuildError(f"{path}: not a gzip-compressed layer ({e})") from e
-        descriptor = {"mediaType": LAYER_MEDIA_TYPE, **layout.write_blob(compressed)}
+        diff_id = _diff_id(path)
+        descriptor = {"mediaType": LAYER_MEDIA_TYPE, **layout.copy_blob(path)}
         layer_descriptors.append(descriptor)
-        config["rootfs"]["diff_ids"].append(sha256_digest(uncompressed))
+        config["rootfs"]["diff_ids"].append(diff_id)
         config.setdefault("history", []).append(
             {"created": EPOCH, "created_by": f"{created_by}: {os.path.basename(path)}"})
     if entrypoint is not None:

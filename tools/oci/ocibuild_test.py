@@ -3,6 +3,7 @@ import io
 import json
 import os
 import tarfile
+import tracemalloc
 import zipfile
 
 from absl.testing import absltest
@@ -89,6 +90,45 @@ class LayerTest(absltest.TestCase):
             f.write("no tab here\n")
         with self.assertRaisesRegex(ocibuild.BuildError, "bad:1: expected IMAGE_PATH<TAB>SOURCE"):
             ocibuild.build_layer(out, [bad])
+
+    def test_a_large_wheel_is_streamed_in_bounded_memory(self):
+        """A 64 MiB member goes through a few MiB: read, tarred and compressed by the
+        chunk (the GPU image's CUDA wheels hold members of GBs); the bytes are those
+        of the layer built in memory."""
+        size = 64 << 20
+        wheel = os.path.join(self.tmp, "big-1.0-py3-none-any.whl")
+        with zipfile.ZipFile(wheel, "w", compression=zipfile.ZIP_DEFLATED) as z:
+            with z.open("big/blob.bin", "w", force_zip64=True) as f:
+                for _ in range(size >> 20):
+                    f.write(bytes(range(256)) * 4096)
+            z.writestr("big/__init__.py", "")
+        out = os.path.join(self.tmp, "big.tar.gz")
+        tracemalloc.start()
+        try:
+            ocibuild.build_layer(out, wheels=[wheel], site_packages="/s")
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        self.assertLess(peak, 8 << 20)
+        self.assertFalse(os.path.exists(out + ".tmp"))
+        reference = ocibuild.Layer()
+        reference.add_wheel(wheel, "/s", "/bin", "/")
+        with open(out, "rb") as f:
+            self.assertEqual(f.read(), ocibuild.gzip_bytes(reference.tar_bytes()))
+        reference.close()
+        image = os.path.join(self.tmp, "image")
+        tracemalloc.start()
+        try:
+            ocibuild.build_image(image, [out])
+            _, peak = tracemalloc.get_traced_memory()
+        finally:
+            tracemalloc.stop()
+        self.assertLess(peak, 8 << 20)
+        _, manifest, config = ocibuild.Layout(image).manifest()
+        self.assertEqual(manifest["layers"][0]["size"], os.path.getsize(out))
+        with gzip.open(out) as f:
+            self.assertEqual(config["rootfs"]["diff_ids"],
+                             [ocibuild.sha256_digest(f.read())])
 
     def test_wheels_are_installed_as_an_installer_lays_them_out(self):
         wheel = os.path.join(self.tmp, "demo-1.0-py3-none-any.whl")

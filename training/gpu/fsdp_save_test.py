@@ -32,6 +32,7 @@ from peft import LoraConfig
 from peft import get_peft_model
 from peft import set_peft_model_state_dict
 
+from common import binaries
 from training.common import hparams
 from training.formats import adapter as adapter_lib
 from training.formats import tiny_model
@@ -133,7 +134,7 @@ def launch(test, worker, *args):
     port = _free_port()
     processes = []
     for rank in range(2):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), RANK=str(rank),
+        env = binaries.this_interpreter_env(RANK=str(rank),
                    WORLD_SIZE="2", LOCAL_RANK=str(rank), MASTER_ADDR="127.0.0.1",
                    MASTER_PORT=str(port), OMP_NUM_THREADS="1")
         processes.append(subprocess.Popen(

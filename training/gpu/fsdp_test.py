@@ -16,14 +16,16 @@ import sys
 
 from absl.testing import absltest
 
+from common import binaries
+
 STEPS = 3
 
 
 def run(workdir, *extra):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    env = binaries.child_env()
     result = subprocess.run(
-        [sys.executable, "-m", "training.gpu.sft", f"--workdir={workdir}",
-         f"--config.max_steps={STEPS}", "--config.checkpoint_every_steps=100", *extra],
+        binaries.command("//training/gpu:sft", f"--workdir={workdir}",
+         f"--config.max_steps={STEPS}", "--config.checkpoint_every_steps=100", *extra),
         env=env, capture_output=True, text=True, timeout=900)
     return result
 
@@ -71,7 +73,7 @@ class FsdpTest(absltest.TestCase):
                 "print(json.dumps([raw, ordered]))\n")
         orders = []
         for seed in ("0", "1"):
-            env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), PYTHONHASHSEED=seed)
+            env = binaries.this_interpreter_env(PYTHONHASHSEED=seed)
             result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
                                     text=True, timeout=300)
             self.assertEqual(result.returncode, 0, result.stderr[-3000:])

@@ -3,10 +3,10 @@ held to what a step allocates (measured on CPU, memory_calibration.py)."""
 
 import os
 import subprocess
-import sys
 
 from absl.testing import absltest
 
+from common import binaries
 from training.formats import base_model
 from training.formats import gemma4_map
 from training.gpu import memory_calibration
@@ -17,10 +17,10 @@ GIB = 2**30
 
 
 def sft(workdir, *flags):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path), HF_HUB_OFFLINE="1",
+    env = binaries.child_env(HF_HUB_OFFLINE="1",
                HF_HOME=os.path.join(workdir, "hf"))
-    return subprocess.run([sys.executable, "-m", "training.gpu.sft", "--config=h100x2.py",
-                           f"--workdir={workdir}", *flags], env=env, capture_output=True,
+    return subprocess.run(binaries.command("//training/gpu:sft", "--config=h100x2.py",
+                           f"--workdir={workdir}", *flags), env=env, capture_output=True,
                           text=True, timeout=300, check=False)
 
 

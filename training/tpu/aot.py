@@ -41,50 +41,30 @@ so the generator's own time is not in the estimate (at 2 layers of `v5p8.py`
 the estimate is then 0.0455 s against threefry's 0.0432 s; on a v5e chip,
 rbg's step ran in 0.90x threefry's).
 
-Online, libtpu is this target's dependency (the train_tpu hub). Offline it
-lives outside the CPU training virtualenv (`.venvs/libtpu`, built from
-third_party/requirements/train_tpu_lock.txt), so that no CPU process of the
-project probes for TPU hardware. Either way `use_libtpu` points JAX at it
-(TPU_LIBRARY_PATH) and keeps JAX's own backend on CPU.
+libtpu is this target's dependency (the train_tpu hub, in both modes): only
+processes that depend on it can import it, and `use_libtpu` keeps JAX's own
+backend on CPU so that none of them probes for TPU chips (test processes pin
+JAX_PLATFORMS=cpu too, .bazelrc).
 """
 
 import gc
-import glob
 import logging
 import os
 import resource
 import time
 
 from common import cli
-from common import repo
 from training.common import flops as flops_lib
 from training.formats import gemma4_map
 from training.tpu import mesh_plan
 
 log = logging.getLogger(__name__)
 
-LIBTPU_SITE_ENV = "G4_LIBTPU_SITE"
 HBM_LIMIT = 0.9  # of each chip's HBM: the most a step may use
 
 
 class AotError(cli.UserError):
     """No libtpu, a machine without a topology, or a run that does not fit."""
-
-
-def _default_site():
-    """The checkout's .venvs/libtpu, where ./bazelw installs libtpu."""
-    try:
-        return os.path.join(repo.source_root(), ".venvs", "libtpu")
-    except FileNotFoundError:  # not run from a checkout (an image): no default
-        return ""
-
-
-def _libtpu_candidates():
-    roots = [os.environ.get(LIBTPU_SITE_ENV, ""), _default_site()]
-    for root in filter(None, roots):
-        yield from glob.glob(os.path.join(root, "libtpu", "libtpu.so"))
-        yield from glob.glob(os.path.join(root, "lib", "python3*", "site-packages", "libtpu",
-                                          "libtpu.so"))
 
 
 def use_libtpu():
@@ -104,16 +84,12 @@ def use_libtpu():
         return os.environ["TPU_LIBRARY_PATH"]
     try:
         import libtpu  # pylint: disable=import-outside-toplevel
-        return libtpu.get_library_path()
     except ImportError:
-        pass
-    for path in _libtpu_candidates():
-        os.environ["TPU_LIBRARY_PATH"] = path
-        return path
-    raise AotError(
-        "libtpu is not installed: compiling for a TPU topology needs it. Run ./bazelw (it "
-        "builds .venvs/libtpu from third_party/requirements/train_tpu_lock.txt), `pip "
-        f"install libtpu`, or set {LIBTPU_SITE_ENV} to a site-packages folder holding libtpu/.")
+        raise AotError(
+            "libtpu is not installed: compiling for a TPU topology needs it (under Bazel, "
+            "//training/tpu:aot depends on it through the train_tpu hub; elsewhere, `pip "
+            "install libtpu` or set TPU_LIBRARY_PATH to its libtpu.so)") from None
+    return libtpu.get_library_path()
 
 
 def topology_devices(topology):

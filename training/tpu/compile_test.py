@@ -16,6 +16,7 @@ import sys
 import tempfile
 from unittest import mock
 
+from common import binaries
 from training.tpu import aot
 
 aot.use_libtpu()  # before JAX starts
@@ -142,13 +143,12 @@ class CompileTest(absltest.TestCase):
     def test_per_chip_masks_draw_each_chips_part_and_are_costed_like_whole_ones(self):
         results = {}
         for per_chip in (False, True):
-            env = {k: v for k, v in os.environ.items() if k != "LIBTPU_INIT_ARGS"}
             done = subprocess.run(
                 [sys.executable, "-c", "import json, sys; from training.tpu import "
                  "compile_test; print(json.dumps(compile_test.compile_dropout("
                  f"{per_chip})))"],
                 capture_output=True, text=True, timeout=300,
-                env=dict(env, PYTHONPATH=os.pathsep.join(sys.path)))
+                env=binaries.this_interpreter_env(LIBTPU_INIT_ARGS=None))
             self.assertEqual(done.returncode, 0, done.stderr[-3000:])
             results[per_chip] = json.loads(done.stdout.strip().splitlines()[-1])
         whole, part = results[False], results[True]
@@ -233,15 +233,15 @@ class CompileTest(absltest.TestCase):
                     "num_global_key_value_heads": dims.global_kv_heads,
                     "global_head_dim": dims.global_head_dim, "attention_k_eq_v": True,
                     "layer_types": list(dims.layer_types), "sliding_window": 128}}, f)
-            command = [sys.executable, "-m", "training.tpu.compile", "--config=v5p8.py",
+            command = binaries.command("//training/tpu:compile", "--config=v5p8.py",
                        f"--base_config={base}", f"--workdir={tmp}/out", "--compare_reference",
                        "--config.data.max_seq_len=256", "--config.data.packing=True",
                        "--config.batch.per_device_size=2",
                        "--non_padding_fraction=0.95", "--trained_fraction=0.6",
                        "--reference_non_padding_fraction=0.3",
-                       "--reference_trained_fraction=0.19"]
+                       "--reference_trained_fraction=0.19")
             done = subprocess.run(command, capture_output=True, text=True, timeout=600,
-                                  env=dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path)))
+                                  env=binaries.child_env())
             self.assertEqual(done.returncode, 0, done.stderr[-3000:])
             with open(os.path.join(tmp, "out", "compile.json")) as f:
                 result = json.load(f)

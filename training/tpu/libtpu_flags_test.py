@@ -1,5 +1,6 @@
 """The libtpu flags a config asks for reach LIBTPU_INIT_ARGS once, before JAX starts."""
 
+import importlib.util
 import os
 import subprocess
 import sys
@@ -11,6 +12,7 @@ from jax._src import xla_bridge
 from jax._src.lib import xla_client
 from ml_collections import config_dict
 
+from common import binaries
 from common import cli
 from training.tpu import libtpu_flags
 
@@ -60,21 +62,37 @@ class BinariesTest(parameterized.TestCase):
     `use`'s refusal, which a call after JAX's start would meet)."""
 
     @parameterized.named_parameters(
-        ("sft", "training.tpu.sft", [], "machine tpu-v5p-8 needs 4 TPU chips"),
-        ("compile", "training.tpu.compile", ["--base_config=/nonexistent/g4"],
+        ("sft", "//training/tpu:sft", [], "machine tpu-v5p-8 needs 4 TPU chips"),
+        ("compile", "//training/tpu:compile", ["--base_config=/nonexistent/g4"],
          "is neither a config.json"))
-    def test_per_chip_flag_is_set_before_the_first_check(self, module, args, error):
+    def test_per_chip_flag_is_set_before_the_first_check(self, binary, args, error):
         tmp = self.create_tempdir().full_path
-        env = {k: v for k, v in os.environ.items() if k != "LIBTPU_INIT_ARGS"}
-        env.update(PYTHONPATH=os.pathsep.join(sys.path), JAX_PLATFORMS="cpu",
-                   HF_HUB_OFFLINE="1")
+        env = binaries.child_env(LIBTPU_INIT_ARGS=None, JAX_PLATFORMS="cpu", HF_HUB_OFFLINE="1")
         done = subprocess.run(
-            [sys.executable, "-m", module, "--config=v5p8.py",
-             "--config.dropout_rng_per_chip=True", f"--workdir={tmp}/w", *args],
+            binaries.command(binary, "--config=v5p8.py",
+             "--config.dropout_rng_per_chip=True", f"--workdir={tmp}/w", *args),
             env=env, capture_output=True, text=True, timeout=120, cwd=tmp, check=False)
         self.assertEqual(done.returncode, 1, done.stderr[-3000:])
         self.assertIn(f"LIBTPU_INIT_ARGS={libtpu_flags.PER_CHIP_RNG}\n", done.stderr)
         self.assertIn(error, done.stderr)
+
+
+class CpuTestsTest(absltest.TestCase):
+    """libtpu is importable in this test's processes (a dependency, as it is of every
+    test of //training/tpu:aot); .bazelrc pins JAX to the CPU in every test process,
+    so none starts libtpu looking for chips (on a host without them JAX can abort)."""
+
+    def test_jax_starts_on_the_cpu_without_touching_libtpu(self):
+        self.assertIsNotNone(importlib.util.find_spec("libtpu"))
+        self.assertEqual(os.environ.get("JAX_PLATFORMS"), "cpu")
+        done = subprocess.run(
+            [sys.executable, "-c", "import jax; print(jax.default_backend(), len(jax.devices()))"],
+            env=binaries.this_interpreter_env(), capture_output=True, text=True, timeout=120,
+            check=False)
+        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+        self.assertEqual(done.stdout.split()[0], "cpu")
+        self.assertNotIn("TPU", done.stderr)
+        self.assertNotIn("libtpu", done.stderr)
 
 
 if __name__ == "__main__":

@@ -10,12 +10,12 @@ import json
 import os
 import socket
 import subprocess
-import sys
 import time
 
 import numpy as np
 from absl.testing import absltest
 
+from common import binaries
 from common import gcs_emulator
 from common import storage
 from training.formats import orbax_lora
@@ -25,7 +25,7 @@ _ARGS = (f"--config.max_steps={STEPS}", "--config.checkpoint_every_steps=100")
 
 
 def _command(workdir, *extra):
-    return [sys.executable, "-m", "training.tpu.sft", f"--workdir={workdir}", *_ARGS, *extra]
+    return binaries.command("//training/tpu:sft", f"--workdir={workdir}", *_ARGS, *extra)
 
 
 def _losses(workdir):
@@ -63,7 +63,7 @@ def _free_port():
 class MultiHostTest(absltest.TestCase):
 
     def test_two_processes_match_one_and_resume_from_a_bucket(self):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        env = binaries.child_env()
         tmp = self.create_tempdir().full_path
         single = os.path.join(tmp, "single")
         result = subprocess.run(_command(single), env=env, capture_output=True, text=True,
@@ -93,7 +93,7 @@ class MultiHostTest(absltest.TestCase):
             np.testing.assert_allclose(_losses(multi), _losses(single), rtol=1e-5)
 
     def test_a_local_workdir_on_two_hosts_is_refused_at_once(self):
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+        env = binaries.child_env()
         workdir = os.path.join(self.create_tempdir().full_path, "run")
         started = time.monotonic()
         result = subprocess.run(

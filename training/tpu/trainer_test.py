@@ -4,12 +4,12 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 
 import numpy as np
 from absl.testing import absltest
 
+from common import binaries
 from common import gcs_emulator
 from common import storage
 from training.common import wandb_offline
@@ -24,8 +24,8 @@ WANDB_OFFLINE = ("--config.tracking.report_to=tensorboard,wandb",
 
 
 def sft(workdir, *extra, wait=True):
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
-    command = [sys.executable, "-m", "training.tpu.sft", f"--workdir={workdir}", *_ARGS, *extra]
+    env = binaries.child_env()
+    command = binaries.command("//training/tpu:sft", f"--workdir={workdir}", *_ARGS, *extra)
     process = subprocess.Popen(command, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
     if not wait:

@@ -6,7 +6,8 @@ Same names and attributes as the rules_oci subset the BUILD files use:
     tools/oci/ocibuild.py;
   * `oci_push(name, image, repository, remote_tags)` is an executable that copies
     the layout to a registry with skopeo, by digest first, then each tag
-    (`-- --repository=HOST/PATH` overrides the repository; each `--tag=TAG` is
+    (`-- --repository=HOST/PATH` overrides the repository, and without either
+    the push is refused with one error line; each `--tag=TAG` is
     pushed besides remote_tags, as rules_oci does).
 And one rule of its own, `oci_offline_base(name, image, digest)`: the local
 layout that stands in for a pulled base offline (one small layer naming the image
@@ -135,7 +136,7 @@ oci_push = rule(
     executable = True,
     attrs = {
         "image": attr.label(mandatory = True, providers = [OciImageInfo]),
-        "repository": attr.string(mandatory = True),
+        "repository": attr.string(doc = "Unless --repository names one; none: the push fails."),
         "remote_tags": attr.string_list(),
         "_template": attr.label(default = "//oci:push.sh.tpl", allow_single_file = True),
     },

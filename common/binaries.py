@@ -65,6 +65,12 @@ def child_env(env=None, **updates):
     return out
 
 
+def import_path():
+    """This process's import path as a PYTHONPATH value, for a child interpreter
+    that must import what this process imports."""
+    return os.pathsep.join(entry for entry in sys.path if entry)
+
+
 def this_interpreter_env(env=None, **updates):
     """The environment for `[sys.executable, "-c", CODE]`, a child that imports what
     this process imports (a test's helper process, an emulator with no binary of
@@ -73,5 +79,5 @@ def this_interpreter_env(env=None, **updates):
     not. Only for code whose imports are this target's own deps; binaries are
     started through command()."""
     out = child_env(env, **updates)
-    out["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    out["PYTHONPATH"] = import_path()
     return out

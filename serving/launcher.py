@@ -115,15 +115,12 @@ def docker_command(config, model, adapters, args, env, with_key=False, chat_temp
 
 
 def vllm_env(extra=None, api_key=None):
-    """The environment of a process of the vLLM interpreter: ours, less PYTHONPATH,
-    with VLLM_API_KEY set to `api_key` alone (a key left in our environment under
-    that name would lock out clients that were told of no key).
-
-    A PYTHONPATH made for our interpreter (tests, the pipeline) would put its
-    transformers before vLLM's own, and vLLM fails on a config it cannot read.
-    """
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("PYTHONPATH", server_config.API_KEY_ENV)}
+    """The environment of a vLLM process (started by its launcher): ours as a child
+    gets it (binaries.child_env: no PYTHONPATH made for our interpreter, whose
+    transformers vLLM cannot read configs with), with VLLM_API_KEY set to
+    `api_key` alone (a key left in our environment under that name would lock out
+    clients that were told of no key)."""
+    env = binaries.child_env(**{server_config.API_KEY_ENV: None})
     key = {server_config.API_KEY_ENV: api_key} if api_key else {}
     return {**env, **(extra or {}), **key}
 

@@ -8,6 +8,7 @@ import os
 import runpy
 import sys
 
+from common import binaries
 from serving import torchvision_cpu
 
 # At import, not under __main__: a process vLLM spawns imports this module again.
@@ -18,7 +19,7 @@ torchvision_cpu.install()
 # offline), so this binary hands its own to them, after vllm_site/, whose
 # sitecustomize installs the torchvision hook in each of them.
 _SITE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "vllm_site")
-os.environ["PYTHONPATH"] = os.pathsep.join([_SITE, *(entry for entry in sys.path if entry)])
+os.environ["PYTHONPATH"] = os.pathsep.join([_SITE, binaries.import_path()])
 
 if __name__ == "__main__":
     sys.argv[0] = "vllm-api-server"

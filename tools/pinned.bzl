@@ -14,27 +14,24 @@ WORKSPACE calls the repository rules (offline); MODULE.bazel reaches them
 through tools/pinned_extension.bzl (online).
 """
 
-def _watch(rctx):
-    # Reading a file through its label makes the repository depend on it.
+def _run_script(rctx, what, args):
+    """Runs `_inputs[0]` (a standard-library script of tools/) with the system python3.
+
+    Every input is read first: reading a file through its label makes the
+    repository depend on it, so a change to one fetches it again.
+    """
     for label in rctx.attr._inputs:
         rctx.read(label)
-
-def _run(rctx, what, command):
-    result = rctx.execute(command, timeout = 1800, quiet = False)
+    result = rctx.execute(
+        [rctx.which("python3"), rctx.path(rctx.attr._inputs[0])] + args,
+        timeout = 1800,
+        quiet = False,
+    )
     if result.return_code != 0:
         fail("%s failed:\n%s%s" % (what, result.stdout, result.stderr))
 
 def _test_tools_impl(rctx):
-    _watch(rctx)
-    _run(rctx, "installing the pinned test tools", [
-        rctx.which("python3"),
-        rctx.path(Label("//tools:test_tools.py")),
-        "install",
-        "--out",
-        rctx.path("."),
-        "--lock",
-        rctx.path(Label("//tools:test_tools_debs.txt")),
-    ])
+    _run_script(rctx, "installing the pinned test tools", ["install", "--out", rctx.path(".")])
     rctx.file("BUILD.bazel", """\
 package(default_visibility = ["//visibility:public"])
 
@@ -51,7 +48,7 @@ test_tools = repository_rule(
     implementation = _test_tools_impl,
     doc = "`@NAME//:bin/{iverilog,vvp,bwrap}`: the pinned Debian test tools.",
     attrs = {
-        # Fetched again when the pins or the installer change.
+        # The script first (_run_script); fetched again when one of these changes.
         "_inputs": attr.label_list(default = [
             Label("//tools:test_tools.py"),
             Label("//tools:test_tools_debs.txt"),
@@ -61,13 +58,7 @@ test_tools = repository_rule(
 )
 
 def _verilog_eval_data_impl(rctx):
-    _watch(rctx)
-    _run(rctx, "fetching the VerilogEval data", [
-        rctx.which("python3"),
-        rctx.path(Label("//tools:verilog_eval.py")),
-        "--dest",
-        rctx.path("data"),
-    ])
+    _run_script(rctx, "fetching the VerilogEval data", ["--dest", rctx.path("data")])
     rctx.file("BUILD.bazel", """\
 package(default_visibility = ["//visibility:public"])
 
@@ -83,6 +74,7 @@ verilog_eval_data = repository_rule(
     implementation = _verilog_eval_data_impl,
     doc = "`@NAME//:data`: the VerilogEval v2 spec-to-rtl data, pinned and checked.",
     attrs = {
+        # The script first (_run_script); fetched again when one of these changes.
         "_inputs": attr.label_list(default = [
             Label("//tools:verilog_eval.py"),
             Label("//tools:verilog_eval.sha256"),

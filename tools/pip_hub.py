@@ -4,9 +4,9 @@ Run by the offline mode's `pip_hub` repository rule (third_party/offline/
 repositories.bzl) with the system python3 (standard library, and pip's vendored
 `packaging` where the standard library has no marker evaluation):
 
-    python3 tools/pip_hub.py --lock LOCK [--lock OVERLAY] --python PYTHON --out DIR
+    python3 tools/pip_hub.py --lock LOCK --python PYTHON --out DIR
 
-installs every package of the locks by hash (the pinned uv; no dependency
+installs every package of the lock by hash (the pinned uv; no dependency
 resolution: the lock is complete) into a staging folder, then moves each
 installed distribution's files, as its RECORD lists them, into
 `DIR/site-packages/NAME/` (a path that names site-packages, as rules_python's
@@ -79,16 +79,14 @@ def uv_cache_dir():
     return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(home, ".cache"), "uv")
 
 
-def install(locks, python, staging):
-    """Every package of `locks` by hash into `staging` (later locks override): the
-    files are hard links into uv's cache where they are cached already."""
+def install(lock, python, staging):
+    """Every package of `lock` by hash into `staging`: the files are hard links
+    into uv's cache where they are cached already."""
     command = [venvs.uv_binary(), "pip", "install", "--quiet", "--python", python,
                "--target", staging, "--require-hashes", "--no-deps", "--link-mode=hardlink",
                "--cache-dir", uv_cache_dir(),
                # The machine's certificate store: a proxy's own CA is trusted too.
-               "--system-certs"]
-    for lock in locks:
-        command += ["-r", lock]
+               "--system-certs", "-r", lock]
     find_links = venvs.pip_find_links()
     if find_links:
         for link in find_links:
@@ -125,8 +123,9 @@ def record_files(staging, dist_info):
     return files
 
 
-def requirements(metadata_path, known, extras=()):
-    """The packages of `known` that a distribution's METADATA requires here."""
+def requirements(metadata_path, known):
+    """The packages of `known` that a distribution's METADATA requires here, its
+    own extras left out (as rules_python's hubs leave them)."""
     with open(metadata_path, encoding="utf-8") as f:
         metadata = email.parser.Parser().parse(f, headersonly=True)
     out = set()
@@ -136,7 +135,7 @@ def requirements(metadata_path, known, extras=()):
         if name not in known:
             continue
         marker = requirement.marker
-        if marker is None or any(marker.evaluate({"extra": e}) for e in ("", *extras)):
+        if marker is None or marker.evaluate({"extra": ""}):
             out.add(name)
     return out
 
@@ -167,8 +166,8 @@ def find_cycle(graph):
 
 def split(staging, site):
     """Moves each distribution's files into `site/NAME/` (`site`: the site-packages
-    folder); returns {name: RECORD hash}."""
-    hashes = {}
+    folder); returns the names."""
+    names = []
     for name, dist_info in distributions(staging):
         folder = os.path.join(site, name)
         digest = hashlib.sha256()
@@ -180,7 +179,7 @@ def split(staging, site):
             os.replace(os.path.join(staging, path), target)
         with open(os.path.join(folder, IMPORT_ROOT), "w") as f:
             f.write(base64.urlsafe_b64encode(digest.digest()).decode() + "\n")
-        hashes[name] = digest.hexdigest()
+        names.append(name)
     leftovers = [os.path.join(root, f) for root, _, files in os.walk(staging) for f in files]
     # Scripts (bin/) are not imported; uv's own lock file (.lock) is not installed.
     leftovers = [p for p in leftovers
@@ -188,7 +187,7 @@ def split(staging, site):
     if leftovers:
         raise HubError(f"{len(leftovers)} installed files are in no RECORD, e.g. "
                        f"{os.path.relpath(leftovers[0], staging)}")
-    return hashes
+    return names
 
 
 def build_file(site, packages):
@@ -225,14 +224,11 @@ def compile_bytecode(python, site):
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--lock", action="append", required=True,
-                        help="a lock file; a later one overrides an earlier one's packages")
+    parser.add_argument("--lock", required=True, help="the lock file")
     parser.add_argument("--python", required=True, help="the interpreter the packages are for")
     parser.add_argument("--out", required=True, help="the repository folder")
     args = parser.parse_args(argv)
-    packages = {}
-    for lock in args.lock:
-        packages.update(lock_packages(lock))
+    packages = lock_packages(args.lock)
     site = os.path.join(args.out, SITE)
     if os.path.exists(site):
         shutil.rmtree(site)

@@ -76,7 +76,6 @@ def main(argv=None):
     commands = parser.add_subparsers(dest="command", required=True)
     install_args = commands.add_parser("install")
     install_args.add_argument("--out", required=True)
-    install_args.add_argument("--lock", default=LOCK)
     commands.add_parser("update")
     args = parser.parse_args(argv)
     try:
@@ -84,7 +83,7 @@ def main(argv=None):
             debs.pin(PACKAGES, LOCK, ["Debian bookworm packages of the test tools "
                                       "(tools/test_tools.py update)."])
         else:
-            install(args.out, args.lock)
+            install(args.out)
     except debs.DebError as e:
         print(f"error: {e}", file=sys.stderr)
         return 1

@@ -107,17 +107,19 @@ def _as_source(data):
     return Bytes(data) if isinstance(data, (bytes, bytearray)) else data
 
 
+def _stream_digest(f):
+    """"sha256:..." of what file object `f` reads, chunk by chunk."""
+    hasher = hashlib.sha256()
+    for chunk in iter(lambda: f.read(CHUNK), b""):
+        hasher.update(chunk)
+    return "sha256:" + hasher.hexdigest()
+
+
 def _same_content(a, b):
     if a.size != b.size:
         return False
-    digests = []
-    for source in (a, b):
-        digest = hashlib.sha256()
-        with source.open() as f:
-            for chunk in iter(lambda f=f: f.read(CHUNK), b""):
-                digest.update(chunk)
-        digests.append(digest.digest())
-    return digests[0] == digests[1]
+    with a.open() as fa, b.open() as fb:
+        return _stream_digest(fa) == _stream_digest(fb)
 
 
 class Layer:
@@ -388,14 +390,11 @@ def read_labels(path):
 
 def _diff_id(path):
     """The sha256 of a gzip-compressed layer's tar, decompressed chunk by chunk."""
-    hasher = hashlib.sha256()
     try:
         with gzip.open(path, "rb") as f:
-            for chunk in iter(lambda: f.read(CHUNK), b""):
-                hasher.update(chunk)
+            return _stream_digest(f)
     except (OSError, EOFError, zlib.error) as e:
         raise BuildError(f"{path}: not a gzip-compressed layer ({e})") from e
-    return "sha256:" + hasher.hexdigest()
 
 
 def build_image(out, layers, base=None, entrypoint=None, cmd=None, env=(), workdir=None,

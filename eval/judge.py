@@ -3,7 +3,7 @@
 The commands are upstream's (its Makefile), run in the sandbox on copies of
 the problem's files, after one check of our own:
 
-    iverilog -g2012 -o /dev/null sample.sv          # the sample alone
+    iverilog -g2012 -s HARNESS -o /dev/null sample.sv harness.sv   # the sample alone
     iverilog -Wall -Winfloop -Wno-timescale -g2012 -s tb -o test.vvp sample.sv test.sv ref.sv
     vvp -n test.vvp      # upstream: `timeout 30 ./test.vvp`, "TIMEOUT" appended on expiry
 
@@ -53,16 +53,52 @@ the sample can open holds it. What a design can do, and what it gets:
 Samples run without the sandbox (kind `none`, trusted samples only) lose the
 secret's protection: /proc is visible there.
 
-Nothing outside the sample may be reached: elaborated alone, with no testbench
-and no reference present, a sample must not leave a hierarchical name unbound
-(`tb.stats1.errors = 0` resets the testbench's error count, `tb.good1.zero`
-copies the reference's output), instantiate a module it does not define that
-the full compile found (the reference's `RefModule`), or name `$root`. Such a
-sample fails with `outside_reference`, the names in its detail, whatever the
-simulation said. The isolated elaboration is skipped for a sample whose text
-cannot reach outside (`may_reach_outside`: no dotted name, no macro, no
-escaped identifier, no instance of a module it does not define), which is most
-of them: it would cost a quarter of the judging time.
+Nothing outside the sample may be reached. A design's names bind in the full
+compile by SystemVerilog's name resolution (IEEE 1800-2017 23.6-23.9), which
+Icarus Verilog follows; these are the ways a name written in the sample can
+land on the testbench or the reference:
+  * a hierarchical name rooted at a top-level module: `tb.stats1.errors = 0`
+    resets the testbench's error count, `tb.good1.zero` copies the reference's
+    output, `$root.tb...` the same spelled out (a syntax error in Icarus 11);
+  * upward name resolution (23.8): a dotted name whose first part is not found
+    below the scope that uses it is looked for in each enclosing instance in
+    turn, so from inside `tb.top_module1` (or any instance under it) `good1.zero`
+    is the reference's output and `stim1.clk` the stimulus's clock. Elaborated
+    with every module of its own as a top, as `iverilog sample.sv` does, the
+    same name binds to a top module the sample names `good1`: a test that only
+    looked for unbound names was passed by a design that copied the reference
+    this way. The same holds for tasks and functions called by such a name,
+    `defparam`, `disable` and every other use of a hierarchical name;
+  * module names the testbench instantiates: a sample that instantiates
+    `RefModule` or `stimulus_gen` gets the reference's or the stimulus's code;
+  * the compilation unit ($unit, 3.12.1): declarations outside any module in
+    test.sv or ref.sv are visible to the sample as plain names (VerilogEval's
+    testbenches hold none; a data set that does makes every sample go through
+    the check below), and so are packages (`pkg::x`, `import`);
+  * declaring what the testbench declares: a module, primitive or package named
+    `tb`, `stimulus_gen` or `RefModule` is a second definition of that name,
+    an elaboration error in Icarus Verilog (`already been declared`) that fails
+    the sample as upstream's `error`. Macros do not travel backwards: the sample
+    is compiled first, so the testbench's `define`s come after its text, and
+    a macro the sample defines reaches only text that uses it (the testbenches
+    use none of their own but `timescale).
+The check: the sample is elaborated once more without the testbench and the
+reference, as the only content of a top of the judge's own (ISOLATION_HARNESS,
+a random name) that instantiates its design module under the testbench's
+instance names. Upward resolution from the design then finds nothing but the
+design itself (its parent holds only its own instances), no other module of
+the sample is a top, and no testbench, reference or compilation unit of theirs
+exists. A name that binds in that elaboration binds to the same thing in the
+full compile (the search goes the same way up to the design's instance and
+finds it first), so a sample that elaborates in the full compile but not in
+the harness reached outside itself: it fails with `outside_reference`, the
+names the harness could not bind in its detail, whatever the simulation said.
+A sample that fails in both is judged as upstream judges a compile error. The
+harness elaboration is skipped for a sample whose text cannot reach outside
+(`may_reach_outside`: no dotted name, no macro, no escaped identifier, no `$root`
+or `$unit`, no package reference, no instance of a module it does not define)
+when the problem's testbench and reference declare nothing outside their
+modules, which is most samples: it would cost a quarter of the judging time.
 """
 
 import dataclasses
@@ -124,8 +160,17 @@ OUTSIDE_REFERENCE = "outside_reference"
 
 # What iverilog says about a name or module the elaborated design lacks.
 _UNBOUND_NAME = re.compile(r"(?:Could not find variable ``|Unable to bind "
-                           r"(?:wire/reg/memory|parameter) `)([^'`\s]+)")
+                           r"(?:wire/reg/memory|parameter) `|Cannot find scope `?)([^'`\s]+)")
 _UNKNOWN_MODULE = re.compile(r"Unknown module type: (\S+)")
+# The module every VerilogEval testbench instantiates as the design under test.
+DESIGN_MODULE = "TopModule"
+_DESIGN_INSTANCE = re.compile(
+    rf"\b{DESIGN_MODULE}\s*(?:#\s*\((?:[^()]|\([^()]*\))*\)\s*)?([A-Za-z_][\w$]*)\s*[\[(]")
+# Everything that may stand outside a module without declaring anything: the
+# design units themselves (packages declare, so they stay) and directives.
+_DESIGN_UNITS = re.compile(r"\b(?:module|macromodule|primitive|interface|program)\b.*?"
+                           r"\bend(?:module|primitive|interface|program)\b", re.DOTALL)
+_DIRECTIVE = re.compile(r"^[ \t]*`(?:\\\n|[^\n])*", re.MULTILINE)  # with continued lines
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 _STRINGS = re.compile(r'"(?:\\.|[^"\\\n])*"')
 # `a.b`, `g[0].x`, `u1 .q`: a name, then a dot, then a name (port connections
@@ -157,6 +202,12 @@ VERDICT_SOURCE = "verdict.sv"
 VERDICT_MODULE = """module {name};
   final $display("{secret} %0d %0d", tb.stats1.errors, tb.stats1.clocks);
 endmodule
+"""
+# The only top of the isolated elaboration: the design under the testbench's
+# instance names, its ports unconnected (module docstring).
+HARNESS_SOURCE = "harness.sv"
+ISOLATION_HARNESS = """module {name};
+{instances}endmodule
 """
 PROGRAM_FIFO = "program"
 
@@ -256,22 +307,45 @@ def _status(text):
 def may_reach_outside(code):
     """False only when `code` certainly names nothing outside itself (see the
     module docstring); anything unusual counts as true."""
-    text = _STRINGS.sub('""', _COMMENTS.sub(" ", code))
-    if any(sign in text for sign in ("`", "\\", "$root")) or _DOTTED.search(text):
+    text = _strip(code)
+    if any(sign in text for sign in ("`", "\\", "$root", "$unit", "::")) or \
+            _DOTTED.search(text) or re.search(r"\bimport\b", text):
         return True
     defined = set(_DEFINED.findall(text))
     return any(name not in _NOT_MODULES and name not in defined
                for name in _INSTANCE.findall(text))
 
 
-def outside_references(isolated_log, full_log, code):
-    """Names the sample reaches outside itself (see the module docstring), sorted."""
-    names = {name for name in _UNBOUND_NAME.findall(isolated_log) if "." in name}
-    # A module missing from the full compile too is a typo, judged as upstream does.
-    names |= set(_UNKNOWN_MODULE.findall(isolated_log)) - set(_UNKNOWN_MODULE.findall(full_log))
-    if "$root" in _COMMENTS.sub("", code):
-        names.add("$root")
-    return sorted(names)
+def _strip(code):
+    """Verilog text without comments, string literals emptied."""
+    return _STRINGS.sub('""', _COMMENTS.sub(" ", code))
+
+
+def declares_outside_modules(code):
+    """Whether `code` (a testbench or a reference) declares anything in the
+    compilation unit: text outside its modules other than directives."""
+    return bool(_DIRECTIVE.sub(" ", _DESIGN_UNITS.sub(" ", _strip(code))).strip())
+
+
+def isolation_harness(testbench, name):
+    """The isolated elaboration's top (ISOLATION_HARNESS) for `testbench`'s text:
+    the design under each instance name the testbench gives it."""
+    names = list(dict.fromkeys(_DESIGN_INSTANCE.findall(_strip(testbench)))) or ["top_module1"]
+    return ISOLATION_HARNESS.format(
+        name=name, instances="".join(f"  {DESIGN_MODULE} {n} ();\n" for n in names))
+
+
+def outside_references(isolated_log, codes):
+    """What the sample reaches outside itself, sorted; [] when it does not.
+
+    `codes`: the script's phase exit codes. The sample reached outside when its
+    isolated elaboration failed and the full compile did not (module
+    docstring); the names the harness could not bind are the detail, or its
+    first error line when iverilog named none."""
+    if codes.get(PHASES[0], 0) == 0 or codes.get(PHASES[1]) != 0:
+        return []
+    names = set(_UNBOUND_NAME.findall(isolated_log)) | set(_UNKNOWN_MODULE.findall(isolated_log))
+    return sorted(names) or [_first_line_with(isolated_log, ("error", "Error"))]
 
 
 def verdict_from(log, status_text, run, log_limit_hit, expected_samples=None, seconds=0.0,
@@ -323,7 +397,8 @@ def script(iverilog, vvp):
     """The shell script run in the sandbox: the sample alone, compile, simulate.
 
     Arguments: $1 a random marker, $2 whether to elaborate the sample alone,
-    $3 the verdict module's source, $4 its name. Tool output goes to stdout:
+    $3 the verdict module's source, $4 its name, $5 the isolation harness's
+    source, $6 its name. Tool output goes to stdout:
     the isolated elaboration's (when $2 is 1), then the marker line (no sample
     can print it in advance), then upstream's log with the stamped report. The
     verdict module is compiled as a second top (`-s`) and its source deleted;
@@ -337,8 +412,12 @@ def script(iverilog, vvp):
     compile_cmd = " ".join([q(iverilog), *COMPILE_FLAGS, '-s "$4"', "-o", SIMULATION, SAMPLE,
                             TEST, REF, VERDICT_SOURCE])
     return "\n".join([
-        f'[ "$2" = 1 ] && {q(iverilog)} -g2012 -o /dev/null {SAMPLE} 2>&1',
-        'echo "isolate $?" >&2',
+        "rc=0",
+        f'if [ "$2" = 1 ]; then printf \'%s\' "$5" > {HARNESS_SOURCE}',
+        f'  {q(iverilog)} -g2012 -s "$6" -o /dev/null {SAMPLE} {HARNESS_SOURCE} 2>&1',
+        f"  rc=$?; rm -f {HARNESS_SOURCE}",
+        "fi",
+        'echo "isolate $rc" >&2',
         'echo "$1"',
         f"printf '%s' \"$3\" > {VERDICT_SOURCE}",
         f"{compile_cmd} 2>&1",
@@ -398,21 +477,29 @@ class Judge:
         self.keep_dirs = keep_dirs
         self._script = script(self.iverilog, self.vvp)
         self._phase_timeouts = (compile_timeout_s, compile_timeout_s, sim_timeout_s)
-        self._testbenches_checked = set()
+        self._testbenches = {}  # test_path -> (its harness instances, always isolate)
 
-    def _check_testbench(self, problem):
-        if problem.test_path not in self._testbenches_checked:
+    def _testbench(self, problem):
+        """(the isolation harness's instances, whether every sample of `problem`
+        is elaborated alone), read once per testbench."""
+        if problem.test_path not in self._testbenches:
             with open(problem.test_path) as f:
-                if "stats1" not in f.read():
-                    raise JudgeError(
-                        f"{problem.test_path} has no `stats1` counters (errors, clocks), "
-                        "which every VerilogEval testbench keeps and the judge reads; "
-                        "regenerate a sample-task data set with //eval:sample_tasks")
-            self._testbenches_checked.add(problem.test_path)
+                testbench = f.read()
+            if "stats1" not in testbench:
+                raise JudgeError(
+                    f"{problem.test_path} has no `stats1` counters (errors, clocks), "
+                    "which every VerilogEval testbench keeps and the judge reads; "
+                    "regenerate a sample-task data set with //eval:sample_tasks")
+            with open(problem.ref_path) as f:
+                reference = f.read()
+            self._testbenches[problem.test_path] = (
+                testbench, declares_outside_modules(testbench) or
+                declares_outside_modules(reference))
+        return self._testbenches[problem.test_path]
 
     def judge(self, problem, code, expected_samples=None):
         """The Verdict for `code` (extracted Verilog) on `problem`."""
-        self._check_testbench(problem)
+        testbench, always_isolate = self._testbench(problem)
         if not code.strip():
             return Verdict(False, NO_CODE, False, "m", detail="no code extracted")
         start = time.monotonic()
@@ -424,11 +511,14 @@ class Judge:
             shutil.copyfile(problem.ref_path, os.path.join(run_dir, REF))
             marker = f"-- upstream log {uuid.uuid4().hex} --"
             secret, module = uuid.uuid4().hex, f"g4_verdict_{uuid.uuid4().hex[:12]}"
+            harness = f"g4_isolation_{uuid.uuid4().hex[:12]}"
+            isolate = always_isolate or may_reach_outside(code)
             run = self.box.run_script(
                 self._script, run_dir, inputs=(SAMPLE, TEST, REF), null_files=(WAVE,),
                 stdout_name=LOG, phase_timeouts=self._phase_timeouts,
-                args=(marker, "1" if may_reach_outside(code) else "0",
-                      VERDICT_MODULE.format(name=module, secret=secret), module))
+                args=(marker, "1" if isolate else "0",
+                      VERDICT_MODULE.format(name=module, secret=secret), module,
+                      isolation_harness(testbench, harness), harness))
             limit = self.box.limits.file_bytes
             with open(os.path.join(run_dir, LOG), "rb") as f:
                 raw = f.read(limit + 1)
@@ -444,7 +534,7 @@ class Judge:
                                  f"{run.returncode}): {status.strip()[:1000]}")
             return verdict_from(log, status, run, len(raw) >= limit, expected_samples,
                                 time.monotonic() - start,
-                                outside=outside_references(isolated, log, code),
+                                outside=outside_references(isolated, _status(status)),
                                 report=report)
         finally:
             if not self.keep_dirs:

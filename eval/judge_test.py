@@ -120,6 +120,9 @@ class AnalyzeLogTest(absltest.TestCase):
             "escaped_name": "assign zero = \\tb .good1.zero;",
             "macro": "`R r(zero);",
             "root": "assign zero = $root.x;",
+            "unit": "assign zero = $unit::x;",
+            "package": "assign zero = tb_pkg::x;",
+            "import": "import tb_pkg::*;\nassign zero = x;",
         }
         for name, body in reaching.items():
             with self.subTest(name=name):
@@ -131,21 +134,49 @@ class AnalyzeLogTest(absltest.TestCase):
         self.assertFalse(judge.may_reach_outside(plain))
 
     def test_outside_references_from_the_isolated_elaboration(self):
-        isolated = ("s.sv:3: error: Could not find variable ``tb.stats1.errors'' in "
-                    "``TopModule''\n"
+        isolated = ("s.sv:3: error: Could not find variable ``good1.zero'' in "
+                    "``g4_isolation_1.top_module1''\n"
                     "s.sv:4: error: Unable to bind wire/reg/memory `tb.good1.zero' in "
-                    "`TopModule'\n"
-                    "s.sv:5: error: Unable to bind wire/reg/memory `typo' in `TopModule'\n"
-                    "s.sv:6: error: Unknown module type: RefModule\n"
-                    "s.sv:7: error: Unknown module type: Mispelled\n")
-        full = "s.sv:7: error: Unknown module type: Mispelled\n"
-        code = "// $root in a comment is fine\nmodule TopModule; endmodule\n"
-        self.assertEqual(judge.outside_references(isolated, full, code),
-                         ["RefModule", "tb.good1.zero", "tb.stats1.errors"])
-        self.assertEqual(judge.outside_references("", "", "wire w = $root.tb.x;"), ["$root"])
-        self.assertEqual(judge.outside_references("", "", code), [])
+                    "`g4_isolation_1.top_module1'\n"
+                    "s.sv:5: error: Unable to bind wire/reg/memory `unit_zero' in "
+                    "`g4_isolation_1.top_module1'\n"
+                    "s.sv:6: error: Unknown module type: RefModule\n")
+        # Failing alone while the full compile succeeds is reaching outside.
+        self.assertEqual(judge.outside_references(isolated, {"isolate": 2, "compile": 0}),
+                         ["RefModule", "good1.zero", "tb.good1.zero", "unit_zero"])
+        self.assertEqual(judge.outside_references("x.sv:1: error: something new\n",
+                                                  {"isolate": 1, "compile": 0}),
+                         ["x.sv:1: error: something new"])
+        # Failing in both is a compile error, judged as upstream; so is not isolating.
+        self.assertEqual(judge.outside_references(isolated, {"isolate": 2, "compile": 1}), [])
+        self.assertEqual(judge.outside_references("", {"isolate": 0, "compile": 0}), [])
         self.assertEqual(self._verdict(_report(4, 20), report=(4, 20)).reason, judge.MISMATCH)
         self.assertEqual(self._verdict("", report=None).reason, judge.NO_REPORT)
+
+    def test_the_isolation_harness_mirrors_the_testbench(self):
+        testbench = ("module tb;\n  // TopModule commented (x);\n"
+                     "  TopModule top_module1 (.a(a));\n  TopModule #(.W(8)) wide [1:0] (.a(a));\n"
+                     "endmodule\n")
+        self.assertEqual(judge.isolation_harness(testbench, "h"),
+                         "module h;\n  TopModule top_module1 ();\n  TopModule wide ();\nendmodule\n")
+        with open(os.path.join(testing.dataset_dir(), "Prob001_zero_test.sv")) as f:
+            self.assertIn("TopModule top_module1 ();", judge.isolation_harness(f.read(), "h"))
+
+    def test_what_a_testbench_declares_outside_its_modules(self):
+        self.assertFalse(judge.declares_outside_modules(
+            "`timescale 1 ps/1 ps\n`define OK 12\n`define LONG 1 \\\n  + 2\n/* c */\n"
+            "module stimulus_gen; endmodule\nmodule tb(); wire x; endmodule\n"
+            "primitive p(o, a); output o; input a; table 0:1; 1:0; endtable endprimitive\n"))
+        for declaration in ("logic unit_zero = 1'b0;", "typedef int t;",
+                            "package tb_pkg; localparam x = 0; endpackage",
+                            "function int f(); return 0; endfunction"):
+            with self.subTest(declaration=declaration):
+                self.assertTrue(judge.declares_outside_modules(
+                    "module tb; endmodule\n" + declaration))
+        for name in os.listdir(testing.dataset_dir()):  # VerilogEval's: none
+            if name.endswith(".sv"):
+                with open(os.path.join(testing.dataset_dir(), name)) as f:
+                    self.assertFalse(judge.declares_outside_modules(f.read()), name)
 
 
 class JudgeTest(absltest.TestCase):
@@ -264,6 +295,17 @@ class JudgeTest(absltest.TestCase):
             "copies_reference": _zero("assign zero = tb.good1.zero;"),
             "instantiates_reference": _zero("RefModule r(.zero(zero));"),
             "reads_root": _zero("assign zero = $root.tb.good1.zero;"),
+            # Upward name resolution: alone, `good1` is the sample's own top module
+            # (its zero is 1: wrong); in the testbench, the reference's instance.
+            "copies_reference_upward": _zero("assign zero = good1.zero;") +
+            "module good1;\nwire zero = 1'b1;\nendmodule\n",
+            "copies_reference_upward_from_below": _zero("Sub u(.o(zero));") +
+            "module Sub(output o);\nassign o = good1.zero;\nendmodule\n"
+            "module good1;\nwire zero = 1'b1;\nendmodule\n",
+            # Declaring what the testbench declares: a second definition.
+            "defines_the_reference": _zero("assign zero = 1'b1;") +
+            "module RefModule(output zero);\nassign zero = 1'b1;\nendmodule\n",
+            "defines_the_testbench": _zero("assign zero = 1'b1;") + "module tb;\nendmodule\n",
             "wrong_module_name": "module Zero(output zero);\nassign zero = 0;\nendmodule\n",
         }
         want = {
@@ -276,7 +318,10 @@ class JudgeTest(absltest.TestCase):
             "resets_tb_errors": judge.OUTSIDE_REFERENCE,
             "copies_reference": judge.OUTSIDE_REFERENCE,
             "instantiates_reference": judge.OUTSIDE_REFERENCE,
-            "reads_root": judge.OUTSIDE_REFERENCE,
+            "reads_root": "syntax_error",  # Icarus 11 parses no `$root.`
+            "copies_reference_upward": judge.OUTSIDE_REFERENCE,
+            "copies_reference_upward_from_below": judge.OUTSIDE_REFERENCE,
+            "defines_the_reference": "error", "defines_the_testbench": "error",
             "wrong_module_name": "unknown_module",
         }
         names = list(hostile)
@@ -289,7 +334,7 @@ class JudgeTest(absltest.TestCase):
         for name, result in zip(names, results):
             with self.subTest(name=name):
                 self.assertFalse(result.verdict.passed, result)
-                self.assertEqual(result.verdict.reason, want[name], result)
+                self.assertEqual(result.verdict.reason, want[name], repr(result))
         # The run went on: the honest sample after them passes.
         self.assertTrue(results[-1].verdict.passed, results[-1])
         # Faking the report fools upstream's rule alone, not ours.
@@ -298,10 +343,15 @@ class JudgeTest(absltest.TestCase):
                      "final_report_in_pieces"):
             self.assertTrue(results[names.index(name)].verdict.upstream_pass, name)
         # So does reaching into the testbench or the reference.
-        for name in ("resets_tb_errors", "copies_reference", "instantiates_reference"):
+        for name in ("resets_tb_errors", "copies_reference", "instantiates_reference",
+                     "copies_reference_upward", "copies_reference_upward_from_below"):
             self.assertTrue(results[names.index(name)].verdict.upstream_pass, name)
         self.assertIn("tb.stats1.errors",
                       results[names.index("resets_tb_errors")].verdict.detail)
+        self.assertIn("good1.zero",
+                      results[names.index("copies_reference_upward")].verdict.detail)
+        self.assertIn("already been declared",
+                      results[names.index("defines_the_reference")].verdict.detail)
         # Nothing escaped: no file outside, the data set's testbench untouched.
         self.assertFalse(os.path.exists(escape))
         with open(self.zero.test_path, "rb") as f:
@@ -346,19 +396,37 @@ class JudgeTest(absltest.TestCase):
             scoring.judge_completions(broken, {self.zero.id: self.zero}, rows, workers=2,
                                       dedup=False)
 
-    def test_a_testbench_without_counters_is_a_judge_error(self):
+    def _variant(self, problem_id, edit_testbench):
+        """A private copy of `problem_id` whose testbench is `edit_testbench(text)`."""
         directory = self.create_tempdir().full_path
         for suffix in ("_prompt.txt", "_ref.sv", "_test.sv"):
-            shutil.copyfile(os.path.join(self.dataset, "Prob001_zero" + suffix),
-                            os.path.join(directory, "Prob001_zero" + suffix))
-        test = os.path.join(directory, "Prob001_zero_test.sv")
+            shutil.copyfile(os.path.join(self.dataset, problem_id + suffix),
+                            os.path.join(directory, problem_id + suffix))
+        test = os.path.join(directory, problem_id + "_test.sv")
         with open(test) as f:
             text = f.read()
         with open(test, "w") as f:
-            f.write(text.replace("stats1", "counts"))
+            f.write(edit_testbench(text))
         with open(os.path.join(directory, "problems.txt"), "w") as f:
-            f.write("Prob001_zero\n")
+            f.write(problem_id + "\n")
         [problem] = problems.load(directory)
+        return problem
+
+    def test_names_of_the_testbench_compilation_unit_are_outside(self):
+        # A testbench that declares a variable outside its modules: the sample
+        # sees it as a plain name, with no dot or macro that the textual
+        # pre-check looks for, so every sample of this problem is isolated.
+        problem = self._variant("Prob001_zero", lambda text: "logic unit_zero = 1'b0;\n" + text)
+        borrowed = _zero("assign zero = unit_zero;")
+        self.assertFalse(judge.may_reach_outside(borrowed))
+        verdict = self.judge.judge(problem, borrowed, self.expected[self.zero.id])
+        self.assertEqual((verdict.passed, verdict.reason, verdict.upstream_pass),
+                         (False, judge.OUTSIDE_REFERENCE, True), verdict)
+        self.assertIn("unit_zero", verdict.detail)
+        self.assertTrue(self.judge.judge_reference(problem).passed)
+
+    def test_a_testbench_without_counters_is_a_judge_error(self):
+        problem = self._variant("Prob001_zero", lambda text: text.replace("stats1", "counts"))
         with self.assertRaisesRegex(judge.JudgeError, "no `stats1` counters"):
             self.judge.judge_reference(problem)
 

@@ -1,5 +1,7 @@
 """The 156 reference solutions, submitted as samples, on the installed iverilog."""
 
+from unittest import mock
+
 from absl.testing import absltest
 
 from eval import completions
@@ -45,6 +47,18 @@ class ReferencesTest(absltest.TestCase):
         self.assertEqual(summary["reference_failures"], sorted(FAILING_ON_IVERILOG_11))
         self.assertAlmostEqual(summary["pass_at_k"]["1"], 151 / 156)
         self.assertEqual(summary["pass_at_k_without_reference_failures"], {"1": 1.0})
+
+    def test_every_reference_elaborates_in_the_isolation_harness(self):
+        # No reference needs the harness (none may reach outside by its text);
+        # run through it anyway, none may be refused.
+        all_problems = problems.load(testing.dataset_dir())
+        judge = judge_lib.Judge(sandbox.Sandbox(sandbox.BWRAP, sandbox.Limits()))
+        with mock.patch.object(judge_lib, "may_reach_outside", return_value=True) as isolate:
+            references = scoring.check_references(judge, all_problems,
+                                                  scoring.default_workers())
+        self.assertLen(isolate.call_args_list, len(all_problems))
+        failing = {pid: v.reason for pid, v in references.items() if not v.passed}
+        self.assertEqual(failing, FAILING_ON_IVERILOG_11)
 
 
 if __name__ == "__main__":

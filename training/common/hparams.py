@@ -73,6 +73,10 @@ def reference():
     c.eval_every_steps = 100
     c.checkpoint_every_steps = 100
     c.checkpoints_to_keep = 3
+    # How often run.json's heartbeat is written: what a process killed outright
+    # is billed until (training/common/billing.py). 0: every 2 s in a local run
+    # directory, every 60 s in a bucket (each write is a request).
+    c.heartbeat_s = 0.0
 
     # Where step metrics go beside metrics.jsonl (training/common/tracking.py):
     # TensorBoard always; "tensorboard,wandb" adds Weights & Biases.

@@ -7,6 +7,7 @@
     lifecycle.write_run_info(run, ...)              # run.json
     lifecycle.step_record(run, ...)                 # one metrics.jsonl line
     lifecycle.Preemption()                          # SIGTERM -> save and exit 0
+    with run.record: ...                            # this process's billed segment
 
 So both stacks resolve the base, count steps, name metrics, write run.json,
 refuse incompatible checkpoints and handle preemption the same way, and their
@@ -24,6 +25,7 @@ from common import config_cli
 from common import machines
 from common import storage
 from data import pipeline
+from training.common import billing
 from training.common import flops
 from training.common import hparams
 from training.common import run_dir as run_dir_lib
@@ -59,6 +61,7 @@ class Run:
     accumulation: int  # micro-steps per optimizer step
     data_parallel: int  # replicas a global micro-batch is split over
     machine: machines.Machine
+    record: billing.RunRecord  # run.json: what the run used, and its billed segments
     tokenizer: object = None
     prepared: pipeline.Prepared = None
     total_steps: int = 0
@@ -115,6 +118,11 @@ def start(config, workdir, *, stack, is_main, barrier, data_parallel):
     """
     tracking.check(config)  # a tracker that cannot work fails now, not after the compile
     run_dir_lib.prepare(workdir)
+    # This process's segment begins (at the process's own start) before anything slow.
+    record = billing.RunRecord(
+        storage.join(workdir, run_dir_lib.RUN_INFO), enabled=is_main,
+        heartbeat_s=config.heartbeat_s or None,
+        describe={"stack": stack, "machine": config.machine, "model_name": config.model.name})
     if is_main:
         config_cli.write_resolved_config(config, workdir)
         materialize_base(config, workdir)
@@ -132,7 +140,7 @@ def start(config, workdir, *, stack, is_main, barrier, data_parallel):
     return Run(config=config, workdir=workdir, stack=stack, base_dir=base_dir, dims=dims,
                fingerprint=fingerprint,
                accumulation=hparams.gradient_accumulation_steps(config.batch, data_parallel),
-               data_parallel=data_parallel, machine=machines.get(config.machine))
+               data_parallel=data_parallel, machine=machines.get(config.machine), record=record)
 
 
 def load_data(run):
@@ -206,7 +214,7 @@ def write_run_info(run, *, devices, processes, device_kind, parallelism, attenti
     the GPU stack's `model.attn_implementation`); with packing, remat, the batches
     and the recipe it is what the report compares before it compares costs."""
     config, report = run.config, run.prepared.report
-    storage.write_json(storage.join(run.workdir, run_dir_lib.RUN_INFO), {
+    run.record.describe({
         "stack": run.stack, "base_model": run.base_dir, "model_name": config.model.name,
         "machine": run.machine.name, "total_steps": run.total_steps,
         "accumulation_steps": run.accumulation, "per_device_batch": config.batch.per_device_size,

@@ -33,10 +33,13 @@ METRICS = "metrics.jsonl"
 TENSORBOARD = tracking.TENSORBOARD
 CHECKPOINTS = "checkpoints"
 
-# Per-step metrics, same names on both stacks.
+# Per-step metrics, same names on both stacks; the totals are the run's so far,
+# every step counted (logged or not: `log_every` changes no sum), continued
+# across resumes from the checkpoint's step.
+TOTAL_NAMES = ("total_step_time_s", "total_tokens", "total_trained_tokens")
 METRIC_NAMES = (
     "step", "loss", "learning_rate", "grad_norm", "trained_tokens", "tokens",
-    "trained_tokens_per_s", "tokens_per_s", "step_time_s", "mfu",
+    "trained_tokens_per_s", "tokens_per_s", "step_time_s", "mfu", *TOTAL_NAMES,
 )
 # A validation record (runs with a validation set), between the step records.
 EVAL_METRIC_NAMES = ("step", "eval_loss", "eval_tokens")
@@ -82,6 +85,17 @@ def read_run_info(run_dir):
     return storage.read_json(path)
 
 
+def _totals_at(records):
+    """The totals of the last step record (the trainers write the record of each
+    checkpoint's step); for a run directory written before the records carried
+    them, the sums of the records (exact when every step was logged)."""
+    steps = [r for r in records if "eval_loss" not in r]
+    if steps and TOTAL_NAMES[0] in steps[-1]:
+        return {name: steps[-1][name] for name in TOTAL_NAMES}
+    sums = dict(zip(TOTAL_NAMES, ("step_time_s", "tokens", "trained_tokens")))
+    return {total: sum(r.get(name, 0) for r in steps) for total, name in sums.items()}
+
+
 class MetricsWriter:
     """Appends step metrics to metrics.jsonl and the config's trackers (TensorBoard
     always; training/common/tracking.py), process 0 only.
@@ -90,6 +104,10 @@ class MetricsWriter:
     the file holds each step once; so is a torn last line that a killed run
     left (common/jsonl.py). In a gs:// run both are written to a local mirror
     and uploaded by `flush` (called at checkpoints) and every PUSH_EVERY_S.
+
+    `count` adds every step to the totals (TOTAL_NAMES) that each record
+    carries; a resume continues them from the record of its checkpoint's step,
+    which the trainers always write.
     """
 
     PUSH_EVERY_S = 60
@@ -101,6 +119,7 @@ class MetricsWriter:
         """`config`: the run's resolved config, whose `tracking` section picks the
         trackers (None: TensorBoard alone)."""
         self._enabled = enabled
+        self.totals = dict.fromkeys(TOTAL_NAMES, 0)
         if not enabled:
             return
         self._mirror = storage.Mirror(run_dir, clear=True)
@@ -112,20 +131,26 @@ class MetricsWriter:
             except jsonl.JsonlError as e:  # name the file where the run keeps it
                 raise jsonl.JsonlError(str(e).replace(
                     self._path, storage.join(run_dir, METRICS))) from None
+            kept = [r for r in records if r.get("step", 0) <= resume_step]
             with open(self._path + ".tmp", "w") as f:
-                f.writelines(json.dumps(r) + "\n" for r in records
-                             if r.get("step", 0) <= resume_step)
+                f.writelines(json.dumps(r) + "\n" for r in kept)
             os.replace(self._path + ".tmp", self._path)
+            self.totals = _totals_at(kept)
         self._file = open(self._path, "a", buffering=1)
         self._trackers = tracking.open_trackers(config, self._mirror.local,
                                                 run_dir.rstrip("/").rsplit("/", 1)[-1])
         self._mirror.push([tracking.STATE])  # a W&B run id: a resume continues that run
         self._pushed = time.time()
 
+    def count(self, seconds, tokens, trained_tokens):
+        """Adds one step (every step, logged or not) to the totals."""
+        for name, value in zip(TOTAL_NAMES, (seconds, tokens, trained_tokens)):
+            self.totals[name] += value
+
     def write(self, metrics):
         if not self._enabled:
             return
-        record = {"time": time.time(), **metrics}
+        record = {"time": time.time(), **metrics, **self.totals}
         self._file.write(json.dumps(record) + "\n")
         scalars = {f"train/{name}": value for name, value in metrics.items()
                    if name != "step" and isinstance(value, (int, float))}

@@ -28,6 +28,7 @@ from common import cli
 from common import storage
 from data import packing
 from data import views
+from training.common import billing
 from training.common import hparams
 from training.common import lifecycle
 from training.common import run_dir as run_dir_lib
@@ -218,7 +219,8 @@ _CHECKPOINT = "checkpoint-"  # the Trainer's folder prefix
 
 
 class _RunCallback(TrainerCallback):
-    """Metrics with the TPU stack's names (metrics.jsonl and the trackers), and SIGTERM."""
+    """Metrics with the TPU stack's names (metrics.jsonl and the trackers), the
+    run's billed segment (run.json), and SIGTERM."""
 
     def __init__(self, run, step_tokens, chips, enabled):
         self._run, self._step_tokens, self._chips = run, step_tokens, chips
@@ -226,28 +228,48 @@ class _RunCallback(TrainerCallback):
         self._writer = None
         self._started = None
         self._elapsed = 0.0
+        self._since = 0.0  # the end of the last thing timed: what a save waited on
+        self._eval = None  # the validation record of this step, written after its step's
         self.preemption = lifecycle.Preemption(agree=_any_rank)
         self.preempted = False  # whether the run stopped for a SIGTERM on any rank
 
     def on_train_begin(self, args, state, control, **kwargs):
         self._writer = run_dir_lib.MetricsWriter(self._run.workdir, resume_step=state.global_step,
                                                  enabled=self._enabled, config=self._run.config)
+        if state.global_step:
+            self._run.record.resumed(state.global_step)
 
     def on_step_begin(self, args, state, control, **kwargs):
         self._started = time.time()
 
     def on_save(self, args, state, control, **kwargs):
+        self._run.record.checkpoint(state.global_step, time.time() - self._since)
         self._writer.flush()
 
     def on_step_end(self, args, state, control, **kwargs):
         self._elapsed = time.time() - self._started
-        if lifecycle.evaluates_at(self._run, state.global_step):
-            eval_loss, eval_tokens = evaluate(kwargs["model"], self._run, args.device)
-            self._writer.write_eval(state.global_step, eval_loss, eval_tokens)
+        step = state.global_step
+        self._run.record.stepped(step)
+        trained, tokens = self._step_tokens[step - 1]
+        self._writer.count(self._elapsed, tokens, trained)
+        if lifecycle.evaluates_at(self._run, step):
+            began = time.time()
+            self._eval = (step, *evaluate(kwargs["model"], self._run, args.device))
+            self._run.record.evaluation(step, time.time() - began)
         if self.preemption.stop():
             self.preempted = True
+            self._run.record.outcome = billing.PREEMPTED
             control.should_save = True
             control.should_training_stop = True
+        # A checkpoint's step is always logged: a resume continues its totals.
+        control.should_log = control.should_log or control.should_save
+        if self._eval and not control.should_log:
+            self._write_eval()
+        self._since = time.time()
+
+    def _write_eval(self):
+        self._writer.write_eval(*self._eval)
+        self._eval = None
 
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not logs or "loss" not in logs:
@@ -258,9 +280,14 @@ class _RunCallback(TrainerCallback):
             learning_rate=logs.get("learning_rate", 0.0), grad_norm=logs.get("grad_norm"),
             trained_tokens=trained, tokens=tokens, seconds=self._elapsed or 1e-9,
             chips=self._chips))
+        if self._eval:
+            self._write_eval()
+        self._since = time.time()
 
     def on_train_end(self, args, state, control, **kwargs):
         if self._writer is not None:
+            if self._eval:
+                self._write_eval()
             self._writer.close()
 
 
@@ -313,6 +340,13 @@ def train(config, workdir):
     run = lifecycle.start(config, workdir, stack="gpu", is_main=rank == 0,
                           barrier=lambda: lifecycle.wait_for_main(workdir, config),
                           data_parallel=processes)
+    with run.record:
+        return _train(run, processes, rank)
+
+
+def _train(run, processes, rank):
+    """`train` once the run directory and its record exist."""
+    config, workdir = run.config, run.workdir
     log.info(lifecycle.load_data(run))
     bucket = None
     output_dir = storage.join(workdir, run_dir_lib.CHECKPOINTS)

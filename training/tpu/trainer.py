@@ -21,6 +21,7 @@ from common import machines
 from common import storage
 from data import packing
 from data import views
+from training.common import billing
 from training.common import lifecycle
 from training.common import run_dir as run_dir_lib
 from training.formats import base_model
@@ -198,6 +199,17 @@ def train(config, workdir, shared_fs=False):
     planned = preflight(config)
     run = lifecycle.start(config, workdir, stack="tpu", is_main=jax.process_index() == 0,
                           barrier=lambda: _sync("base model"), data_parallel=config.mesh.fsdp)
+    with run.record:
+        try:
+            return _run(run, planned, cache, cache_path)
+        finally:
+            if cache_path:
+                cache.close()
+
+
+def _run(run, planned, cache, cache_path):
+    """`train` once the run directory and its record exist."""
+    config, workdir = run.config, run.workdir
     if not planned:
         plan(run.dims, config, run.machine, jax.device_count())
     checkpoints = checkpoints_lib.manager(
@@ -218,6 +230,7 @@ def train(config, workdir, shared_fs=False):
     if restored:
         step, state.lora, state.opt_state = restored
         log.info("resumed from checkpoint at step %d", step)
+        run.record.resumed(step)
     if jax.process_index() == 0:
         lifecycle.write_run_info(
             run, devices=jax.device_count(), processes=jax.process_count(),
@@ -227,11 +240,7 @@ def train(config, workdir, shared_fs=False):
             attention=config.attention.kernel)
     if cache_path:
         log.info("compilation cache: %s", cache_path)
-    try:
-        return _loop(run, state, step, data_iterator, checkpoints, cache)
-    finally:
-        if cache_path:
-            cache.close()
+    return _loop(run, state, step, data_iterator, checkpoints, cache)
 
 
 def _global_batch(data_iterator, shape, batch_sharding):
@@ -282,27 +291,39 @@ def _loop(run, state, step, data_iterator, checkpoints, cache=None):
                 first_logged = True  # the first step of this process: compiled or loaded
                 log.info("first step in %.1fs: %s", time.time() - started, cache.describe())
             step += 1
+            seconds = time.time() - started
+            run.record.stepped(step)
+            writer.count(seconds, int(metrics["tokens"]), int(metrics["trained_tokens"]))
             record = lifecycle.step_record(
                 run, step=step, loss=metrics["loss"], learning_rate=schedule(step - 1),
                 grad_norm=metrics["grad_norm"], trained_tokens=metrics["trained_tokens"],
-                tokens=metrics["tokens"], seconds=time.time() - started,
-                chips=jax.device_count())
-            if step % config.log_every == 0 or step == run.total_steps:
-                writer.write(record)
+                tokens=metrics["tokens"], seconds=seconds, chips=jax.device_count())
+            evaluated = None
             if lifecycle.evaluates_at(run, step):
-                eval_loss, eval_tokens = _evaluate(run, state, lora)
-                writer.write_eval(step, eval_loss, eval_tokens)
+                began = time.time()
+                evaluated = _evaluate(run, state, lora)
+                run.record.evaluation(step, time.time() - began)
             if progress is not None:
                 progress.update(1)
                 progress.set_postfix(loss=f"{record['loss']:.4f}",
                                      tok_s=f"{record['tokens_per_s']:.0f}")
             stop = preemption.stop()
-            if checkpoints_lib.save(checkpoints, step, lora, opt_state, data_iterator,
-                                    {**run.lora_meta, "step": step},
-                                    force=stop or step == run.total_steps, plan=state.plan):
+            began = time.time()
+            saved = checkpoints_lib.save(checkpoints, step, lora, opt_state, data_iterator,
+                                         {**run.lora_meta, "step": step},
+                                         force=stop or step == run.total_steps, plan=state.plan)
+            if saved:
+                run.record.checkpoint(step, time.time() - began)
+            # A checkpoint's step is always logged: a resume continues its totals.
+            if saved or step % config.log_every == 0 or step == run.total_steps:
+                writer.write(record)
+            if evaluated is not None:
+                writer.write_eval(step, *evaluated)
+            if saved:
                 writer.flush()
             if stop:
                 log.warning("SIGTERM: saved a checkpoint at step %d, exiting", step)
+                run.record.outcome = billing.PREEMPTED
                 break
     finally:
         checkpoints.wait_until_finished()

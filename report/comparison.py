@@ -33,7 +33,11 @@ def training_rows(runs):
         cost = costs.training_cost(t.hours, price)
         rows.append({
             "label": t.label, "platform": t.stack.upper(), "machine": t.machine,
-            "hours": t.hours, "tokens_per_s": t.tokens_per_s,
+            "hours": t.hours, "hours_basis": t.hours_basis, "step_hours": t.step_hours,
+            "startup_hours": t.startup_hours, "checkpoint_hours": t.checkpoint_hours,
+            "evaluation_hours": t.evaluation_hours, "lost_hours": t.lost_hours,
+            "lost_steps": t.lost_steps, "segments": t.segments,
+            "tokens_per_s": t.tokens_per_s,
             "trained_tokens_per_s": t.trained_tokens_per_s, "mfu": t.mfu,
             "eval_loss": t.curves["eval_loss"][-1][1] if t.curves.get("eval_loss") else None,
             "setup": t.setup, "recipe": t.recipe,

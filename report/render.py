@@ -46,6 +46,20 @@ def _duration(hours):
     return f"{hours * 3600:,.0f} s" if hours < 1 else f"{hours:,.2f} h"
 
 
+def _share(hours, of):
+    """`1,234 s (12%)`: a part of the billed time."""
+    if hours is None:
+        return "n/a"
+    return _duration(hours) + (f" ({100 * hours / of:.0f}%)" if of else "")
+
+
+def _by_basis(training):
+    out = {}
+    for row in training:
+        out.setdefault(row["hours_basis"], []).append(row)
+    return out
+
+
 def _money(value):
     return "n/a" if value is None else f"${value:,.2f}"
 
@@ -76,10 +90,11 @@ def blocks(report, plots):
     caveat = (f"The TPU and GPU runs differ in more than their platform ({'; '.join(unlike)}): "
               "these ratios compare the two runs, not the two platforms. ") if unlike else ""
     out.append(("h", 2, "Training"))
-    out.append(("table", ["run", "machine", "setup", "wall time", "tokens/s", "trained tokens/s",
-                          "MFU", "last eval_loss", "$/hour", "$ per run", "$ per 1M tokens",
-                          "$ per 1M trained tokens", "from"],
-                [[r["label"], r["machine"], _setup(r.get("setup") or {}), _duration(r["hours"]),
+    out.append(("table", ["run", "machine", "setup", "billed time", "tokens/s",
+                          "trained tokens/s", "MFU", "last eval_loss", "$/hour", "$ per run",
+                          "$ per 1M tokens", "$ per 1M trained tokens", "from"],
+                [[r["label"], r["machine"], _setup(r.get("setup") or {}),
+                  _duration(r["hours"]) + ("" if r["hours_basis"] == runs_lib.BILLED else " *"),
                   _fmt(r["tokens_per_s"], 1),
                   _fmt(r["trained_tokens_per_s"], 1),
                   "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%",
@@ -88,6 +103,22 @@ def blocks(report, plots):
                   _money(r["dollars_per_million_tokens"]),
                   _money(r["dollars_per_million_trained_tokens"]), r["source"]]
                  for r in report["training"]]))
+    out.append(("p", "Billed time is what the machines were paid for: each training "
+                     "process from its start to its end (a process killed outright: to its "
+                     "last heartbeat), resumes included; every $ figure uses it. Tokens/s "
+                     "and MFU are over step time." + "".join(
+                         f" * {basis}: {', '.join(r['label'] for r in rows)}." for basis, rows in
+                         _by_basis(report["training"]).items() if basis != runs_lib.BILLED)))
+    billed = [r for r in report["training"] if r["hours_basis"] == runs_lib.BILLED]
+    if billed:
+        out.append(("table", ["run", "billed", "steps", "start-up (download, load, compile)",
+                              "checkpoints", "evaluations", "lost work", "processes"],
+                    [[r["label"], _duration(r["hours"]), _share(r["step_hours"], r["hours"]),
+                      _share(r["startup_hours"], r["hours"]),
+                      _share(r["checkpoint_hours"], r["hours"]),
+                      _share(r["evaluation_hours"], r["hours"]),
+                      _share(r["lost_hours"], r["hours"]) + f", {r['lost_steps']} steps",
+                      str(r["segments"])] for r in billed]))
     ratios = report["training_ratios"]
     if ratios["gpu_cost_over_tpu"] is not None:
         out.append(("p", caveat + f"GPU training costs {ratios['gpu_cost_over_tpu']:.2f}x the TPU's; "

@@ -72,6 +72,9 @@ class ReferenceTest(absltest.TestCase):
         self.owned = self.report["ownership"]["platforms"]
 
     def test_training(self):
+        # The paper's hours are its billed (wall-clock) hours.
+        self.assertEqual({r["hours_basis"] for r in self.report["training"]},
+                         {runs_lib.PUBLISHED})
         self.assertEqual(round(self.training["TPU"]["cost"], 2), 56.11)
         self.assertEqual(round(self.training["GPU"]["cost"], 2), 119.23)
         self.assertEqual(round(self.report["training_ratios"]["gpu_cost_over_tpu"], 2), 2.12)
@@ -145,6 +148,52 @@ class RunsReportTest(absltest.TestCase):
         for section in ("## Training", "## Serving", "## Cost of ownership", "## Quality"):
             self.assertIn(section, text)
         self.assertIn("(dashed: eval_loss on the validation set)", text)
+
+    def test_billed_time_prices_a_run_and_is_broken_down(self):
+        tmp = self.create_tempdir().full_path
+        # Logged every 5 steps: the records carry the run's totals over all 10 steps.
+        segments = [
+            {"start": 0.0, "resumed_from": 0, "first_step": [100.0, 1],
+             "checkpoints": [[400.0, 5, 10.0]], "evaluations": [[300.0, 4, 20.0]],
+             "heartbeat": [500.0, 7]},  # killed at step 7
+            {"start": 1000.0, "resumed_from": 5, "first_step": [1050.0, 6],
+             "checkpoints": [[1200.0, 10, 5.0]], "evaluations": [],
+             "heartbeat": [1209.0, 10], "end": [1210.0, 10, "finished"]}]
+        tpu = os.path.join(tmp, "tpu")
+        _write(os.path.join(tpu, "run.json"), {"stack": "tpu", "machine": "tpu-v5p-8",
+                                              "segments": segments})
+        _write(os.path.join(tpu, "metrics.jsonl"), [
+            {"step": step, "loss": 1.0, "tokens": 3600, "trained_tokens": 900,
+             "step_time_s": 2.0, "mfu": 0.5, "total_step_time_s": 2.0 * step,
+             "total_tokens": 3600 * step, "total_trained_tokens": 900 * step}
+            for step in (5, 10)])
+        gpu = fake_training(os.path.join(tmp, "gpu"), "gpu", "gpu-h100x2", 4.0, [3.0, 2.0])
+        out = os.path.join(tmp, "report")
+        done = render([tpu, gpu], out)
+        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+        with open(os.path.join(out, "report.json")) as f:
+            training = {r["platform"]: r for r in json.load(f)["training"]}
+        row = training["TPU"]
+        self.assertEqual(row["hours_basis"], runs_lib.BILLED)
+        self.assertAlmostEqual(row["hours"] * 3600, 500.0 + 210.0)  # both processes' lives
+        self.assertAlmostEqual(row["cost"], 16.80 * 710 / 3600)
+        self.assertAlmostEqual(row["step_hours"] * 3600, 20.0)  # 10 steps, not the 2 logged
+        self.assertAlmostEqual(row["tokens_per_s"], 36000 / 20.0)
+        self.assertAlmostEqual(row["startup_hours"] * 3600, 100.0 + 50.0)
+        self.assertAlmostEqual(row["checkpoint_hours"] * 3600, 15.0)
+        self.assertAlmostEqual(row["evaluation_hours"] * 3600, 20.0)
+        self.assertAlmostEqual(row["lost_hours"] * 3600, 100.0)  # checkpoint 5 to the kill
+        self.assertEqual((row["lost_steps"], row["segments"]), (2, 2))
+        # A run directory from before segments were kept: step time, and said so.
+        self.assertEqual(training["GPU"]["hours_basis"], runs_lib.STEPS_ONLY)
+        self.assertAlmostEqual(training["GPU"]["cost"], 22.12 * 8 / 3600)
+        with open(os.path.join(out, "report.md")) as f:
+            text = f.read()
+        self.assertIn("| TPU tpu-v5p-8 | tpu-v5p-8 | n/a | 710 s |", text)
+        self.assertIn("| GPU gpu-h100x2 | gpu-h100x2 | n/a | 8 s * |", text)
+        self.assertIn("* step time only: GPU gpu-h100x2.", text)
+        self.assertIn("| TPU tpu-v5p-8 | 710 s | 20 s (3%) | 150 s (21%) | 15 s (2%) | "
+                      "20 s (3%) | 100 s (14%), 2 steps | 2 |", text)
 
     def test_unlike_runs_are_flagged_before_their_costs_are_compared(self):
         tmp = self.create_tempdir().full_path

@@ -19,6 +19,7 @@ from common import cli
 from common import jsonl
 from common import repo
 from common import storage
+from training.common import billing
 
 REFERENCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "reference",
                          "arxiv_2605_25645.json")
@@ -28,12 +29,18 @@ class RunsError(cli.UserError):
     pass
 
 
+# What a training run's `hours` (and so its cost) measure.
+BILLED = "billed"  # the processes' lives (run.json segments): what the VMs were paid for
+PUBLISHED = "billed (published)"  # the reference study's wall-clock hours
+STEPS_ONLY = "step time only"  # a run directory written before segments were kept
+
+
 @dataclasses.dataclass
 class Training:
     label: str
     stack: str
     machine: str
-    hours: float
+    hours: float  # billed hours where known (`hours_basis`); every $ figure uses them
     tokens_per_s: float
     trained_tokens_per_s: float | None = None
     tokens: int | None = None
@@ -45,6 +52,15 @@ class Training:
     setup: dict = dataclasses.field(default_factory=dict)
     recipe: dict = dataclasses.field(default_factory=dict)
     source: str = ""
+    hours_basis: str = BILLED
+    # Where the billed time went (billing.summarize, in hours); None where unknown.
+    step_hours: float | None = None
+    startup_hours: float | None = None
+    checkpoint_hours: float | None = None
+    evaluation_hours: float | None = None
+    lost_hours: float | None = None
+    lost_steps: int | None = None
+    segments: int | None = None
 
 
 @dataclasses.dataclass
@@ -107,17 +123,33 @@ def _training(directory, named, repaired):
     records = [r for r in records if "eval_loss" not in r]
     if not records:
         raise RunsError(f"{path} holds no step")
-    seconds = sum(r["step_time_s"] for r in records)
-    tokens = sum(r["tokens"] for r in records)
-    trained = sum(r["trained_tokens"] for r in records)
+    last = records[-1]
+    if "total_step_time_s" in last:  # every step counted, logged or not
+        seconds, tokens, trained = (last["total_step_time_s"], last["total_tokens"],
+                                    last["total_trained_tokens"])
+    else:  # an older run directory: the logged steps are all there is
+        seconds = sum(r["step_time_s"] for r in records)
+        tokens = sum(r["tokens"] for r in records)
+        trained = sum(r["trained_tokens"] for r in records)
+    bill = billing.summarize(info["segments"]) if info.get("segments") else None
+    time_figures = {"hours_basis": STEPS_ONLY, "hours": seconds / 3600}
+    if bill:
+        time_figures = {
+            "hours_basis": BILLED, "hours": bill["billed_s"] / 3600,
+            "startup_hours": bill["startup_s"] / 3600,
+            "checkpoint_hours": bill["checkpoint_s"] / 3600,
+            "evaluation_hours": bill["evaluation_s"] / 3600,
+            "lost_hours": bill["lost_s"] / 3600, "lost_steps": bill["lost_steps"],
+            "segments": bill["segments"]}
     mfus = [r["mfu"] for r in records if r.get("mfu") is not None]
     curves = {name: [(r["step"], r[name]) for r in records if r.get(name) is not None]
               for name in ("loss", "grad_norm")}
     curves["eval_loss"] = [(r["step"], r["eval_loss"]) for r in evals]
     return Training(
         label=f"{info['stack'].upper()} {info.get('machine', '?')}", stack=info["stack"],
-        machine=info.get("machine", "?"), hours=seconds / 3600, tokens_per_s=tokens / seconds,
+        machine=info.get("machine", "?"), tokens_per_s=tokens / seconds, step_hours=seconds / 3600,
         trained_tokens_per_s=trained / seconds, tokens=tokens, trained_tokens=trained,
+        **time_figures,
         mfu=sum(mfus) / len(mfus) if mfus else None, curves=curves,
         setup={name: info[key] for name, key in SETUP_KEYS if key in info},
         recipe=info.get("recipe", {}), source=storage.join(named, "metrics.jsonl"))
@@ -178,7 +210,7 @@ def reference(path=REFERENCE):
     for t in data["training"]:
         runs.training.append(Training(label=t["label"], stack=t["stack"], machine=t["machine"],
                                       hours=t["hours"], tokens_per_s=t["tokens_per_s"],
-                                      source=path))
+                                      hours_basis=PUBLISHED, source=path))
     for s in data["serving"]:
         points = {length: [{"rate": 4.0, "median_ttft_ms": ttft}]
                   for length, ttft in s.get("median_ttft_ms_at_rate_4", {}).items()}

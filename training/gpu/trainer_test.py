@@ -13,6 +13,7 @@ from absl.testing import absltest
 from common import binaries
 from common import gcs_emulator
 from common import storage
+from training.common import billing
 from training.common import wandb_offline
 
 STEPS = 4
@@ -37,6 +38,10 @@ def sft(workdir, *extra, wait=True):
 def metrics(workdir):
     text = storage.read_text(storage.join(workdir, "metrics.jsonl"))
     return [json.loads(line) for line in text.splitlines()]
+
+
+def segments(workdir):
+    return storage.read_json(storage.join(workdir, "run.json"))["segments"]
 
 
 class GpuTrainerTest(absltest.TestCase):
@@ -67,6 +72,21 @@ class GpuTrainerTest(absltest.TestCase):
                      "checkpoints/checkpoint-2", "checkpoints/checkpoint-4"):
             self.assertTrue(os.path.exists(os.path.join(self.reference, name)), name)
 
+    def test_metrics_carry_the_run_totals_and_run_json_its_segment(self):
+        steps = metrics(self.reference)
+        for i, record in enumerate(steps):
+            for name in ("tokens", "trained_tokens"):
+                self.assertEqual(record[f"total_{name}"], sum(r[name] for r in steps[:i + 1]))
+            self.assertAlmostEqual(record["total_step_time_s"],
+                                   sum(r["step_time_s"] for r in steps[:i + 1]))
+        segment = segments(self.reference)[0]  # later tests run refused processes here
+        self.assertEqual(segment["end"][1:], [STEPS, billing.FINISHED])
+        self.assertEqual([c[1] for c in segment["checkpoints"]], [2, 4])
+        self.assertEqual(segment["first_step"][1], 1)
+        bill = billing.summarize([segment])
+        self.assertLess(steps[-1]["total_step_time_s"], bill["billed_s"])
+        self.assertEqual((bill["lost_steps"], bill["lost_s"]), (0, 0.0))
+
     def test_wandb_offline_run_holds_the_metrics(self):
         wandb_offline.assert_holds_metrics(self, self.reference, STEPS)
 
@@ -74,7 +94,8 @@ class GpuTrainerTest(absltest.TestCase):
         """The run lives in gs://bkt (the emulator on loopback); the reference is local."""
         os.environ[storage.CACHE_ENV] = self.create_tempdir().full_path
         workdir = "gs://bkt/gpu-sigkill"
-        process = sft(workdir, wait=False)
+        started = time.time()
+        process = sft(workdir, "--config.heartbeat_s=0.5", wait=False)
         checkpoint = storage.join(workdir, "checkpoints", "checkpoint-2", storage.COMMIT_MARKER)
         deadline = time.time() + 600
         while not storage.exists(checkpoint):
@@ -85,6 +106,7 @@ class GpuTrainerTest(absltest.TestCase):
         time.sleep(1)
         process.send_signal(signal.SIGKILL)
         process.wait()
+        killed_s = time.time() - started
         # Two resumes of the killed run: a local copy of it as it was, and the run in
         # the bucket with a torn last line in metrics.jsonl (killed mid-line), which
         # the resume must cut, not crash on.
@@ -94,7 +116,9 @@ class GpuTrainerTest(absltest.TestCase):
         path = storage.join(workdir, "metrics.jsonl")
         storage.write_bytes(path, storage.read_bytes(path) +
                             b'{"step": 3, "loss": 0.12, "learning_ra')
-        code, output = sft(workdir)
+        started = time.time()
+        code, output = sft(workdir, "--config.heartbeat_s=0.5")
+        resumed_s = time.time() - started
         self.assertEqual(code, 0, output[-5000:])
         self.assertIn("resuming from", output)
         self.assertIn("dropped a torn last line", output)
@@ -113,12 +137,27 @@ class GpuTrainerTest(absltest.TestCase):
         self.assertEqual(sorted(adapters[0]), sorted(adapters[1]))
         for name, value in adapters[0].items():
             np.testing.assert_array_equal(value, adapters[1][name], err_msg=name)
+        # Billed: both processes' lives, the killed one to its last heartbeat; the
+        # steps it made after checkpoint 2 are lost work.
+        killed, resumed = segments(workdir)
+        self.assertNotIn("end", killed)
+        self.assertEqual(killed["checkpoints"][-1][1], 2)
+        self.assertEqual((resumed["resumed_from"], resumed["end"][1:]),
+                         (2, [STEPS, billing.FINISHED]))
+        bill = billing.summarize([killed, resumed])
+        self.assertEqual(bill["lost_steps"], killed["heartbeat"][1] - 2)
+        wall = killed_s + resumed_s
+        print(f"billed {bill['billed_s']:.1f} s of {wall:.1f} s wall "
+              f"({bill['billed_s'] / wall:.3f}); lost {bill['lost_steps']} steps")
+        self.assertLessEqual(bill["billed_s"], wall + 0.1)
+        self.assertGreater(bill["billed_s"], wall - 15)
         # A broken line before the last: the TPU stack's trainer_test runs that case
         # (the same MetricsWriter, training/common/run_dir.py).
 
     def test_sigterm_saves_and_exits_cleanly(self):
         workdir = self.create_tempdir().full_path
-        process = sft(workdir, "--config.checkpoint_every_steps=100", wait=False)
+        process = sft(workdir, "--config.checkpoint_every_steps=100", "--config.log_every=2",
+                      wait=False)
         deadline = time.time() + 600
         while not os.path.exists(os.path.join(workdir, "metrics.jsonl")):
             self.assertIsNone(process.poll())
@@ -131,6 +170,16 @@ class GpuTrainerTest(absltest.TestCase):
         saved = [d for d in os.listdir(os.path.join(workdir, "checkpoints"))
                  if d.startswith("checkpoint-")]
         self.assertLen(saved, 1)
+        # Logged every 2 steps, and at the checkpoint: the totals count every step.
+        stop = int(saved[0].split("-")[1])
+        logged = metrics(workdir)
+        self.assertEqual([r["step"] for r in logged],
+                         sorted({s for s in range(2, stop + 1, 2)} | {stop}))
+        every = metrics(self.reference)[:stop]
+        for name in ("tokens", "trained_tokens"):
+            self.assertEqual(logged[-1][f"total_{name}"], sum(r[name] for r in every))
+        [segment] = segments(workdir)
+        self.assertEqual(segment["end"][1:], [stop, billing.PREEMPTED])
 
     def test_checkpoint_of_another_rank_is_refused(self):
         code, output = sft(self.reference, "--config.lora.rank=4")

@@ -106,7 +106,10 @@ def blocks(report, plots):
     out.append(("p", "Billed time is what the machines were paid for: each training "
                      "process from its start to its end (a process killed outright: to its "
                      "last heartbeat), resumes included; every $ figure uses it. Tokens/s "
-                     "and MFU are over step time." + "".join(
+                     "and MFU are over step time. Start-up runs from a process's start to the "
+                     "end of its first step (download, load, compile and that step), so it "
+                     "overlaps the step time by one step per process; lost work is what a "
+                     "killed process did after its last checkpoint." + "".join(
                          f" * {basis}: {', '.join(r['label'] for r in rows)}." for basis, rows in
                          _by_basis(report["training"]).items() if basis != runs_lib.BILLED)))
     billed = [r for r in report["training"] if r["hours_basis"] == runs_lib.BILLED]

@@ -3,7 +3,8 @@
     RUN_DIR/
       config.json        the resolved config (common/config_cli.py)
       run.json           what the run used: base model path, stack, effective
-                         batch, steps, devices, tool versions
+                         batch, steps, devices, tool versions; and `segments`,
+                         the billed life of each process (training/common/billing.py)
       metrics.jsonl      one JSON object per logged step (`step`, `loss`, ...)
       tensorboard/       the same metrics as TensorBoard events
       wandb/, tracking.json   W&B's files and run id, when the config asks for

@@ -106,6 +106,35 @@ class TrackingTest(absltest.TestCase):
         self.assertEqual(wandb_offline.series(resumed, "train/loss"), {3: 1.0})
         self.assertTrue(os.listdir(os.path.join(run_dir, "tensorboard")))
 
+    def test_totals_count_every_step_and_continue_after_a_resume(self):
+        run_dir = self.create_tempdir().full_path
+        writer = run_dir_lib.MetricsWriter(run_dir)
+        for step in range(1, 7):  # logged every 3 steps
+            writer.count(0.5 * step, 100 * step, 10 * step)
+            if step % 3 == 0:
+                writer.write({"step": step})
+        writer.close()
+        # Resumed from step 3: the totals continue from step 3's record.
+        writer = run_dir_lib.MetricsWriter(run_dir, resume_step=3)
+        self.assertEqual(writer.totals, {"total_step_time_s": 3.0, "total_tokens": 600,
+                                         "total_trained_tokens": 60})
+        writer.count(2.0, 400, 40)
+        writer.write({"step": 4})
+        writer.close()
+        with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+            records = [json.loads(line) for line in f]
+        self.assertEqual([(r["step"], r["total_tokens"], r["total_step_time_s"])
+                          for r in records], [(3, 600, 3.0), (4, 1000, 5.0)])
+        # A run directory from before the totals: the sums of its records.
+        with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
+            for step in (1, 2):
+                f.write(json.dumps({"step": step, "step_time_s": 1.5, "tokens": 7,
+                                    "trained_tokens": 3}) + "\n")
+        writer = run_dir_lib.MetricsWriter(run_dir, resume_step=2)
+        self.assertEqual(writer.totals, {"total_step_time_s": 3.0, "total_tokens": 14,
+                                         "total_trained_tokens": 6})
+        writer.close()
+
 
 if __name__ == "__main__":
     absltest.main()

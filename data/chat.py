@@ -42,6 +42,8 @@ class Conversation:
     messages: list  # [{"role": ..., "content": ..., "tool_calls": [...]?}, ...]
     tools: list = None  # tool (function) definitions, passed to the template
     first_trained: int = 0  # messages before this index are context (a prompt's turns)
+    # Assistant turns trained on nothing (OpenAI's `weight: 0`); the last one is trained.
+    untrained: frozenset = frozenset()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -156,7 +158,7 @@ class ChatEncoder:
         trained = [last]
         if self._turns == "all":
             trained = [i for i, m in enumerate(messages) if m.get("role") == "assistant"
-                       and i >= conversation.first_trained]
+                       and i >= conversation.first_trained and i not in conversation.untrained]
         marked = [{**m, "content": _sentinel(i)} if i in trained else m
                   for i, m in enumerate(messages)]
         whole = self._render(marked, tools)

@@ -41,12 +41,13 @@ def to_row(number, fields):
     fields = {"system": "", **{k: v for k, v in fields.items() if v is not None}}
     for field in FIELDS:
         if field not in fields:
-            raise sources.SkipRow(sources.MISSING_FIELD, field)
+            raise sources.SkipRow(sources.MISSING_FIELD, f"expected a `{field}` value, found none")
         if not isinstance(fields[field], str):
-            raise sources.SkipRow(sources.NOT_A_STRING, field)
+            raise sources.SkipRow(sources.NOT_A_STRING, f"{field}: expected text, found "
+                                  f"{type(fields[field]).__name__} {fields[field]!r:.40}")
     for field in ("prompt", "response"):
         if not fields[field].strip():
-            raise sources.SkipRow(sources.EMPTY, field)
+            raise sources.SkipRow(sources.EMPTY, f"{field}: expected text, found an empty text")
     return Row(number, fields["system"], fields["prompt"], fields["response"])
 
 
@@ -67,7 +68,8 @@ def split_response(response):
     if "<think>" in response:
         match = _THINK.match(response)
         if not match:
-            raise sources.SkipRow(sources.UNCLOSED_THINK)
+            raise sources.SkipRow(sources.UNCLOSED_THINK, "response: expected </think> after "
+                                  "<think>, found none")
         reasoning, answer = match.group(1).strip(), match.group(2)
     else:
         reasoning, answer = "", response
@@ -76,9 +78,11 @@ def split_response(response):
         answer = wrapped.group(1)
     answer = answer.strip()
     if not answer:
-        raise sources.SkipRow(sources.EMPTY)
+        raise sources.SkipRow(sources.EMPTY, "response: expected an answer after the "
+                              "reasoning, found none")
     if not _CODE.search(answer):
-        raise sources.SkipRow(sources.NO_CODE)
+        raise sources.SkipRow(sources.NO_CODE, "response: expected a Verilog module "
+                              f"(module ... endmodule) in the answer, found {answer[:40]!r}")
     return reasoning, answer
 
 

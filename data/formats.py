@@ -1,19 +1,47 @@
-"""Rows -> conversations, in the data set formats TRL takes, and CodeV-R1's.
+"""Rows -> conversations, in the data set formats people hold, and CodeV-R1's.
 
-Formats, detected from the columns of the first row (as TRL detects them) unless
-`data.format` names one:
-  * `messages`: a list of chat messages (`role` system, developer, user,
-    assistant or tool; `content`; an assistant's `tool_calls`), with an optional
-    `tools` column of function definitions passed to the chat template;
-  * `prompt_completion`: `prompt` and `completion`, each a string or a list of
-    messages; only the completion is trained;
+Formats, detected from the columns of the first row unless `data.format` names
+one (a rename with `data.columns` comes first):
+  * `messages` (TRL's conversational format, OpenAI's fine-tuning chat JSONL):
+        {"messages": [{"role": "user", "content": "Add 2 and 3."},
+                      {"role": "assistant", "content": "5", "weight": 1}]}
+    roles system, developer, user, assistant or tool; an assistant's
+    `tool_calls`; an optional `tools` column of function definitions passed to
+    the chat template. An assistant message with OpenAI's `weight: 0` is
+    context, not trained; every other assistant turn is (`data.turns`).
+  * `prompt_completion` (TRL's): `prompt` and `completion`, each a string (the
+    user turn, the answer) or a list of messages; only the completion is trained:
+        {"prompt": "Add 2 and 3.", "completion": "5"}
+  * `alpaca` (Stanford Alpaca, as LLaMA-Factory and Axolotl read it):
+        {"instruction": "Add the numbers.", "input": "2 and 3", "output": "5",
+         "system": "Be brief.", "history": [["Hi.", "Hello."]]}
+    `input`, `system` and `history` are optional. The user turn is the
+    instruction, then a newline and the input when there is one: LLaMA-Factory's
+    convention (its data/README.md: the `query` column is appended to the
+    `prompt` column). `history` holds earlier [instruction, response] pairs,
+    turns before this one, trained like every assistant turn.
+  * `sharegpt` (ShareGPT, as LLaMA-Factory and Axolotl read it):
+        {"conversations": [{"from": "human", "value": "Add 2 and 3."},
+                           {"from": "gpt", "value": "5"}], "system": "Be brief."}
+    roles `human`/`user`, `gpt`/`assistant`/`model`/`chatgpt`/`bard`/`bing`,
+    `system`; tool use as LLaMA-Factory writes it: `function_call` (the value
+    is the call as JSON, `{"name": ..., "arguments": ...}`, or a list of calls)
+    becomes an assistant tool call, `observation`/`tool`/`function` a tool
+    result. Other role names with `data.roles` (`bot=assistant,person=user`);
+    optional `system` and `tools` columns. Every assistant turn is trained.
   * `codev`: CodeV-R1's `system` (optional), `prompt` and `response`, with its
     policies (data/codev.py): the reasoning stripped or kept as Gemma 4
     thinking, and an answer without a Verilog module dropped as `no_code`.
 
-`data.columns` renames columns first (`question=prompt,answer=completion`), so
-any other names can be read. System messages are kept, except in the `codev`
-profile, which drops them as the reference recipe does (`data.system_policy`).
+Text is text: a string in `prompt`, `completion`, `output`, `value` or a
+message's `content` trains as the characters it holds, even when they look like
+JSON (`[2, 3, 5]`, `{"a": 1}`). Only the columns that hold structures by their
+format's definition (`messages`, `conversations`, `tools`, `history`) are read
+from JSON text, as CSV cells and some exports store them.
+
+System messages are kept, except in the `codev` profile, which drops them as the
+reference recipe does (`data.system_policy`). A row that cannot be used is
+skipped with its reason and what was expected and found.
 """
 
 import json
@@ -22,21 +50,43 @@ from data import chat
 from data import codev
 from data import sources
 
-FORMATS = ("auto", "messages", "prompt_completion", "codev")
+FORMATS = ("auto", "messages", "prompt_completion", "alpaca", "sharegpt", "codev")
 SYSTEM_POLICIES = ("auto", "keep", "drop")  # auto: drop for codev, keep otherwise
 ROLES = ("system", "developer", "user", "assistant", "tool")
+# ShareGPT's role names (`from`) -> ours; FUNCTION_CALL turns become tool calls.
+FUNCTION_CALL = "function_call"
+SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "assistant": "assistant",
+                  "model": "assistant", "chatgpt": "assistant", "bard": "assistant",
+                  "bing": "assistant", "system": "system", FUNCTION_CALL: FUNCTION_CALL,
+                  "observation": "tool", "tool": "tool", "function": "tool"}
+# The columns whose values are structures by definition: JSON text there is decoded.
+STRUCTURED = ("messages", "conversations", "tools", "history")
 
 
-def column_map(spec):
+def _pairs(spec, what, example):
     """`old=new,old2=new2` -> {old: new}; one error line for anything else."""
     mapping = {}
     for pair in filter(None, (p.strip() for p in (spec or "").split(","))):
         old, sep, new = pair.partition("=")
         if not sep or not old.strip() or not new.strip():
-            raise sources.DataError(f"data.columns: {pair!r} is not old=new "
-                                    "(e.g. question=prompt,answer=completion)")
+            raise sources.DataError(f"{what}: {pair!r} is not old=new (e.g. {example})")
         mapping[old.strip()] = new.strip()
     return mapping
+
+
+def column_map(spec):
+    """data.columns: `old=new,old2=new2` -> {old: new}."""
+    return _pairs(spec, "data.columns", "question=prompt,answer=completion")
+
+
+def role_map(spec):
+    """ShareGPT's role names with data.roles's additions (`bot=assistant`)."""
+    extra = _pairs(spec, "data.roles", "bot=assistant,person=user")
+    for name, role in extra.items():
+        if role not in (*ROLES, FUNCTION_CALL):
+            raise sources.DataError(f"data.roles: {name}={role}: a role is one of "
+                                    f"{', '.join((*ROLES, FUNCTION_CALL))}")
+    return {**SHAREGPT_ROLES, **extra}
 
 
 def detect(columns):
@@ -44,58 +94,112 @@ def detect(columns):
     columns = set(columns)
     if "messages" in columns:
         return "messages"
+    if "conversations" in columns:
+        return "sharegpt"
     if {"prompt", "completion"} <= columns:
         return "prompt_completion"
+    if {"instruction", "output"} <= columns:
+        return "alpaca"
     if {"prompt", "response"} <= columns:
         return "codev"
     raise sources.DataError(
         f"cannot tell the data format from the columns {', '.join(sorted(columns))}: "
-        "expected `messages`, `prompt` and `completion`, or CodeV-R1's `prompt` and "
+        "expected `messages` (chat, OpenAI), `conversations` (ShareGPT), `prompt` and "
+        "`completion`, `instruction` and `output` (Alpaca), or CodeV-R1's `prompt` and "
         "`response`; rename columns with data.columns=old=new,... or set data.format")
 
 
-def _json_value(value):
-    """A list or dict stored as JSON text (CSV cells, some exports) -> the value."""
-    if isinstance(value, str) and value.lstrip()[:1] in ("[", "{"):
+def _found(value):
+    """What a value is, for a skip reason: `a dict`, `the number 5`, `an empty list`."""
+    if value is None:
+        return "nothing"
+    if isinstance(value, str):
+        return f"the text {value[:40]!r}" if value.strip() else "an empty text"
+    if isinstance(value, bool):
+        return f"the boolean {value}"
+    if isinstance(value, (int, float)):
+        return f"the number {value}"
+    if isinstance(value, (list, tuple)):
+        return f"a list of {len(value)}" if value else "an empty list"
+    if isinstance(value, dict):
+        return f"an object with keys {', '.join(map(str, list(value)[:6]))}"
+    return f"a {type(value).__name__}"
+
+
+def _structure(value, field):
+    """A list or dict of a STRUCTURED column, stored as JSON text in CSV cells and
+    some exports -> the value."""
+    if isinstance(value, str) and value.strip():
         try:
             return json.loads(value)
-        except json.JSONDecodeError:
-            return value
+        except json.JSONDecodeError as e:
+            raise sources.SkipRow(sources.BAD_MESSAGES,
+                                  f"{field}: expected a list as JSON text, found text that "
+                                  f"is not JSON ({e})") from e
     return value
 
 
-def _check_message(message):
-    if not isinstance(message, dict) or message.get("role") not in ROLES:
-        raise sources.SkipRow(sources.BAD_MESSAGES, "a message needs a role among "
-                              + ", ".join(ROLES))
-    content = message.get("content")
+def _text_field(fields, field, required=True):
+    """A string column's text, as it is."""
+    value = fields.get(field)
+    if value is None or (isinstance(value, str) and not value.strip() and not required):
+        if required:
+            raise sources.SkipRow(sources.MISSING_FIELD,
+                                  f"expected a `{field}` value, found none")
+        return ""
+    if not isinstance(value, str):
+        raise sources.SkipRow(sources.NOT_A_STRING,
+                              f"{field}: expected text, found {_found(value)}")
+    return value
+
+
+def _check_message(message, where):
+    """A message as a template takes it; `where` names it in a skip reason."""
+    if not isinstance(message, dict):
+        raise sources.SkipRow(sources.BAD_MESSAGES,
+                              f"{where}: expected a message object, found {_found(message)}")
+    if message.get("role") not in ROLES:
+        raise sources.SkipRow(sources.BAD_MESSAGES,
+                              f"{where}: expected a role among {', '.join(ROLES)}, found "
+                              f"{_found(message.get('role'))}")
+    role, content = message["role"], message.get("content")
     if isinstance(content, list):
         if not all(isinstance(p, dict) and p.get("type") == "text"
                    and isinstance(p.get("text"), str) for p in content):
-            raise sources.SkipRow(sources.NOT_TEXT, f"{message['role']} content")
+            raise sources.SkipRow(sources.NOT_TEXT,
+                                  f"{where} ({role}) content: expected text parts, found "
+                                  "other parts (images, audio)")
     elif content is not None and not isinstance(content, str):
-        raise sources.SkipRow(sources.NOT_A_STRING, f"{message['role']} content")
+        raise sources.SkipRow(sources.NOT_A_STRING,
+                              f"{where} ({role}) content: expected text, found {_found(content)}")
     # Drop keys whose value is None (Parquet/Arrow rows carry every key of the
     # schema), so a template sees `tool_calls` only where a message has them.
     message = {k: v for k, v in message.items() if v is not None or k == "content"}
+    if "weight" in message:  # OpenAI's: 0 = context, 1 = trained (assistant turns)
+        if message["weight"] not in (0, 1) or isinstance(message["weight"], bool):
+            raise sources.SkipRow(sources.BAD_MESSAGES,
+                                  f"{where} weight: expected 0 or 1, found "
+                                  f"{_found(message['weight'])}")
     if "tool_calls" in message:
-        message["tool_calls"] = _tool_calls(message["tool_calls"])
+        message["tool_calls"] = _tool_calls(message["tool_calls"], where)
         if not message["tool_calls"]:
             del message["tool_calls"]
-    if message["role"] == "assistant" and not (chat.text(content).strip()
-                                               or message.get("tool_calls")):
-        raise sources.SkipRow(sources.EMPTY, "assistant content")
+    if role == "assistant" and not (chat.text(content).strip() or message.get("tool_calls")):
+        raise sources.SkipRow(sources.EMPTY, f"{where} (assistant): expected an answer or a "
+                              f"tool call, found {_found(content)}")
     return message
 
 
-def _tool_calls(calls):
+def _tool_calls(calls, where):
     """Tool calls as a chat template takes them: arguments given as JSON text (the
     OpenAI format) become the object they encode, as vLLM's chat endpoint does
     before rendering, so training renders a call as serving does."""
     if not isinstance(calls, list) or not all(
             isinstance(c, dict) and isinstance(c.get("function"), dict)
             and isinstance(c["function"].get("name"), str) for c in calls):
-        raise sources.SkipRow(sources.BAD_MESSAGES, "tool_calls need a function with a name")
+        raise sources.SkipRow(sources.BAD_MESSAGES,
+                              f"{where} tool_calls: expected a list of calls, each with a "
+                              f"function and its name, found {_found(calls)}")
     out = []
     for call in calls:
         arguments = call["function"].get("arguments")
@@ -104,22 +208,68 @@ def _tool_calls(calls):
                 arguments = json.loads(arguments)
             except json.JSONDecodeError as e:
                 raise sources.SkipRow(sources.BAD_MESSAGES,
-                                      f"tool call arguments are not JSON: {e}") from e
+                                      f"{where} tool call arguments: expected JSON, found "
+                                      f"{_found(arguments)} ({e})") from e
         out.append({**call, "function": {**call["function"], "arguments": arguments}})
     return out
 
 
-def _messages(value, field, role=None):
-    """The checked messages of a column; a string is one message of `role`, where
-    the format allows one (prompt/completion)."""
-    value = _json_value(value)
+def _message_list(value, field):
+    """The checked messages of a column that holds a list of them."""
     if value is None:
-        raise sources.SkipRow(sources.MISSING_FIELD, field)
-    if isinstance(value, str) and role:
-        value = [{"role": role, "content": value}]
+        raise sources.SkipRow(sources.MISSING_FIELD, f"expected a `{field}` value, found none")
     if not isinstance(value, list) or not value:
-        raise sources.SkipRow(sources.BAD_MESSAGES, f"{field} is not a list of messages")
-    return [_check_message(m) for m in value]
+        raise sources.SkipRow(sources.BAD_MESSAGES,
+                              f"{field}: expected a list of messages, found {_found(value)}")
+    return [_check_message(m, f"{field}[{i}]") for i, m in enumerate(value)]
+
+
+def _turn(fields, field, role):
+    """prompt/completion: a string is one message of `role`, as it is; a list is
+    messages."""
+    value = fields.get(field)
+    if isinstance(value, list):
+        return _message_list(value, field)
+    return [_check_message({"role": role, "content": _text_field(fields, field)}, field)]
+
+
+def _sharegpt_message(turn, where, roles):
+    """One ShareGPT turn ({"from", "value"}) as a message of ours."""
+    if not isinstance(turn, dict):
+        raise sources.SkipRow(sources.BAD_MESSAGES,
+                              f"{where}: expected a turn object, found {_found(turn)}")
+    if "from" not in turn and "role" in turn:  # a role/content message among them
+        return turn
+    name, value = turn.get("from"), turn.get("value")
+    if name not in roles:
+        raise sources.SkipRow(sources.BAD_MESSAGES,
+                              f"{where}: expected `from` among {', '.join(sorted(roles))} "
+                              f"(more with data.roles), found {_found(name)}")
+    if roles[name] != FUNCTION_CALL:
+        return {"role": roles[name], "content": value}
+    calls = value
+    if isinstance(value, str):
+        try:
+            calls = json.loads(value)
+        except json.JSONDecodeError as e:
+            raise sources.SkipRow(sources.BAD_MESSAGES,
+                                  f"{where} ({name}): expected the call as JSON, found "
+                                  f"{_found(value)} ({e})") from e
+    calls = calls if isinstance(calls, list) else [calls]
+    if not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls):
+        raise sources.SkipRow(sources.BAD_MESSAGES,
+                              f"{where} ({name}): expected a call with a name, found "
+                              f"{_found(calls[0] if calls else calls)}")
+    return {"role": "assistant", "content": None, "tool_calls": [
+        {"type": "function", "function": {"name": c["name"],
+                                          "arguments": c.get("arguments", {})}}
+        for c in calls]}
+
+
+def _system(fields):
+    """An optional `system` column as the first message."""
+    system = _text_field(fields, "system", required=False) if "system" in fields else ""
+    return [{"role": "system", "content": system}] if system.strip() else []
 
 
 class Converter:
@@ -133,31 +283,85 @@ class Converter:
             raise sources.DataError(
                 f"data.system_policy must be one of {SYSTEM_POLICIES}, got {config.system_policy!r}")
         self._config = config
+        self._roles = role_map(config.roles)
         self._keep_system = (config.system_policy == "keep" or
                              (config.system_policy == "auto" and self.format != "codev"))
 
     def __call__(self, fields):
         if self.format == "codev":
             return self._codev(fields)
-        if self.format == "messages":
-            messages, first_trained = _messages(fields.get("messages"), "messages"), 0
-        else:
-            prompt = _messages(fields.get("prompt"), "prompt", role="user")
-            completion = _messages(fields.get("completion"), "completion", role="assistant")
-            messages, first_trained = prompt + completion, len(prompt)
+        fields = {k: _structure(v, k) if k in STRUCTURED else v for k, v in fields.items()}
+        messages, first_trained = getattr(self, "_" + self.format)(fields)
         if not self._keep_system:
             def kept(part):
                 return [m for m in part if m["role"] not in ("system", "developer")]
             first_trained = len(kept(messages[:first_trained]))
             messages = kept(messages)
-        while messages and messages[-1]["role"] != "assistant":
-            messages = messages[:-1]  # trailing turns after the last answer train nothing
-        if len(messages) <= first_trained:
-            raise sources.SkipRow(sources.NO_ASSISTANT)
-        tools = _json_value(fields.get("tools")) or None
+        # The trained answers: assistant turns from `first_trained` on, but for
+        # those weighted 0; the turns after the last of them train nothing.
+        weights = [m.pop("weight", 1) for m in messages]
+        trained = [i for i, m in enumerate(messages)
+                   if m["role"] == "assistant" and i >= first_trained and weights[i]]
+        if not trained:
+            roles = [m["role"] for m in messages[first_trained:]]
+            raise sources.SkipRow(sources.NO_ASSISTANT, (
+                "expected an assistant turn to train" + (" after the prompt" if first_trained
+                                                         else "") +
+                f", found {'roles ' + ', '.join(roles) if roles else 'none'}" +
+                (" (every assistant turn has weight 0)" if any(r == "assistant" for r in roles)
+                 else "")))
+        messages = messages[:trained[-1] + 1]
+        untrained = frozenset(i for i, m in enumerate(messages)
+                              if m["role"] == "assistant" and i not in trained)
+        tools = fields.get("tools") or None
         if tools is not None and not isinstance(tools, list):
-            raise sources.SkipRow(sources.BAD_MESSAGES, "tools is not a list")
-        return chat.Conversation(messages, tools, first_trained)
+            raise sources.SkipRow(sources.BAD_MESSAGES,
+                                  f"tools: expected a list of function definitions, found "
+                                  f"{_found(tools)}")
+        return chat.Conversation(messages, tools, first_trained, untrained)
+
+    def _messages(self, fields):
+        turns = fields.get("messages")
+        if isinstance(turns, list):  # ShareGPT turns under a `messages` column
+            turns = [_sharegpt_message(t, f"messages[{i}]", self._roles)
+                     if isinstance(t, dict) and "from" in t else t
+                     for i, t in enumerate(turns)]
+        return _message_list(turns, "messages"), 0
+
+    def _prompt_completion(self, fields):
+        prompt = _turn(fields, "prompt", "user")
+        return prompt + _turn(fields, "completion", "assistant"), len(prompt)
+
+    def _alpaca(self, fields):
+        instruction = _text_field(fields, "instruction")
+        extra = _text_field(fields, "input", required=False) if "input" in fields else ""
+        messages = [_check_message(m, "system") for m in _system(fields)]
+        history = fields.get("history") or []
+        if not isinstance(history, list) or not all(
+                isinstance(p, (list, tuple)) and len(p) == 2 for p in history):
+            raise sources.SkipRow(sources.BAD_MESSAGES,
+                                  "history: expected a list of [instruction, response] pairs, "
+                                  f"found {_found(history)}")
+        for i, (asked, answered) in enumerate(history):
+            messages += [_check_message({"role": "user", "content": asked}, f"history[{i}][0]"),
+                         _check_message({"role": "assistant", "content": answered},
+                                        f"history[{i}][1]")]
+        user = f"{instruction}\n{extra}" if extra.strip() else instruction
+        messages += [_check_message({"role": "user", "content": user}, "instruction"),
+                     _check_message({"role": "assistant",
+                                     "content": _text_field(fields, "output")}, "output")]
+        return messages, 0
+
+    def _sharegpt(self, fields):
+        turns = fields.get("conversations")
+        if not isinstance(turns, list) or not turns:
+            raise sources.SkipRow(sources.BAD_MESSAGES if turns is not None
+                                  else sources.MISSING_FIELD,
+                                  f"conversations: expected a list of turns, found {_found(turns)}")
+        where = [f"conversations[{i}]" for i in range(len(turns))]
+        return [_check_message(m, "system") for m in _system(fields)] + [
+            _check_message(_sharegpt_message(t, w, self._roles), w)
+            for t, w in zip(turns, where)], 0
 
     def _codev(self, fields):
         return chat.Conversation(codev.to_messages(
@@ -174,7 +378,8 @@ class Conversations:
         self._config = config
         self._rename = column_map(config.columns)
         self.records = sources.read(config.source, subset=config.subset, split=config.split,
-                                    max_rows=config.max_rows)
+                                    max_rows=config.max_rows,
+                                    encoding=config.encoding)
         self.format = None
 
     def __iter__(self):

@@ -100,7 +100,14 @@ class FormatsTest(absltest.TestCase):
             sources.BAD_MESSAGES: [2, 3, 9], sources.NO_ASSISTANT: [4], sources.EMPTY: [5],
             sources.NOT_TEXT: [6], sources.NOT_A_STRING: [7], sources.MISSING_FIELD: [8]})
         self.assertEqual(report.first_detail[sources.BAD_MESSAGES],
-                         "row 2: messages is not a list of messages")
+                         "row 2: messages: expected a list as JSON text, found text that is "
+                         "not JSON (Expecting value: line 1 column 1 (char 0))")
+        # Every reason says what was expected and what was found.
+        for reason, detail in report.first_detail.items():
+            self.assertRegex(detail, r"^row \d+: .*expected .*found ", reason)
+        self.assertEqual(report.first_detail[sources.NOT_A_STRING],
+                         "row 7: messages[1] (assistant) content: expected text, found the "
+                         "number 3")
         # A trailing question after the last answer trains nothing and is left out.
         self.assertEqual(examples[0].input_ids.tolist(), examples[1].input_ids.tolist())
 
@@ -139,7 +146,7 @@ class FormatsTest(absltest.TestCase):
         with self.assertRaisesRegex(sources.DataError, "'question' is not old=new"):
             self._encode(source=source, columns="question")
         with self.assertRaisesRegex(sources.DataError, "data.format must be one of"):
-            self._encode(source=source, format="sharegpt")
+            self._encode(source=source, format="vicuna")
         with self.assertRaisesRegex(sources.DataError, "no split 'validation'"):
             self._encode(**{**self.sets["datasets_folder"], "split": "validation"})
         with self.assertRaisesRegex(chat.TemplateError, "turns must be one of"):
@@ -165,6 +172,130 @@ class FormatsTest(absltest.TestCase):
             f.write("hello\n")
         with self.assertRaisesRegex(sources.DataError, "unknown file type .txt"):
             self._encode(source=path)
+
+    def test_files_as_people_have_them_keep_every_row(self):
+        shaped = testing.write_shaped_data(self.create_tempdir().full_path)
+        formats_of = {"alpaca.json": "alpaca", "alpaca.tsv": "alpaca", "alpaca.json.zst": "alpaca",
+                      "joined.jsonl": "alpaca", "openai.jsonl": "messages",
+                      "messages_as_text.csv": "messages", "spreadsheet.csv": "prompt_completion",
+                      "json_looking.jsonl": "prompt_completion"}
+        for name, (path, rows) in shaped.items():
+            if name == "latin1.jsonl":
+                continue  # below: it needs data.encoding
+            with self.subTest(name):
+                examples, report = self._encode(source=path)
+                self.assertEqual(report.format, formats_of.get(name, "sharegpt"))
+                self.assertEqual((report.rows_read, report.kept, dict(report.dropped)),
+                                 (rows, rows, {}))
+                self.assertTrue(all(e.loss_mask.any() for e in examples))
+
+    def test_answers_that_look_like_json_train_as_text(self):
+        shaped = testing.write_shaped_data(self.create_tempdir().full_path)
+        for name in ("json_looking.jsonl", "spreadsheet.csv"):
+            examples, _ = self._encode(source=shaped[name][0])
+            self.assertEqual([testing.trained_spans(self.tokenizer, e) for e in examples[:2]],
+                             [["[2, 3, 5]<turn|>"], ['{"a": 1}<turn|>']], name)
+        examples, _ = self._encode(source=shaped["spreadsheet.csv"][0])
+        self.assertEqual(testing.trained_spans(self.tokenizer, examples[2]),
+                         ["One\nTwo<turn|>"])  # a quoted cell's line end, CRLF or not
+
+    def _same_tokens(self, rows, equivalent, **overrides):
+        """`rows` (any format) encode as the `messages` rows `equivalent` do."""
+        directory = self.create_tempdir().full_path
+        got, _ = self._encode(source=testing.write_jsonl(directory, rows, "a.jsonl"),
+                              **overrides)
+        want, _ = self._encode(source=testing.write_jsonl(directory, equivalent, "b.jsonl"))
+        self.assertLen(got, len(want))
+        for a, b in zip(got, want):
+            self.assertEqual(a.input_ids.tolist(), b.input_ids.tolist())
+            self.assertEqual(a.loss_mask.tolist(), b.loss_mask.tolist())
+
+    def test_alpaca_is_the_conversation_it_stands_for(self):
+        def turn(role, content):
+            return {"role": role, "content": content}
+        self._same_tokens(testing.ALPACA, [
+            {"messages": [turn("user", "Give the output of a NAND gate.\na=1, b=1"),
+                          turn("assistant", "0")]},
+            {"messages": [turn("user", "Name the flip-flop that toggles on every clock edge."),
+                          turn("assistant", "A T flip-flop with T held high.")]},
+            {"messages": [turn("system", "You answer briefly."), turn("user", "What toggles?"),
+                          turn("assistant", "A T flip-flop."), turn("user", "And in Verilog?"),
+                          turn("assistant", "always @(posedge clk) q <= ~q;")]}])
+
+    def test_sharegpt_is_the_conversation_it_stands_for(self):
+        # The tool-use row is CHATS[2] in ShareGPT's words (LLaMA-Factory's).
+        first = [{"role": {"human": "user", "gpt": "assistant"}[t["from"]], "content": t["value"]}
+                 for t in testing.SHAREGPT[0]["conversations"]]
+        self._same_tokens(testing.SHAREGPT, [{"messages": first}, testing.CHATS[2]])
+        # Other role names with data.roles; unknown ones are a counted skip that says so.
+        renamed = [{"conversations": [{"from": "person", "value": t["value"]} if t["from"] ==
+                                      "human" else {"from": "bot", "value": t["value"]}
+                                      for t in testing.SHAREGPT[0]["conversations"]]}]
+        self._same_tokens(renamed, [{"messages": first}], roles="person=user,bot=assistant")
+        source = testing.write_jsonl(self.create_tempdir().full_path, renamed)
+        _, report = self._encode(source=source)
+        self.assertEqual(dict(report.dropped), {sources.BAD_MESSAGES: 1})
+        self.assertIn("found the text 'person'", report.first_detail[sources.BAD_MESSAGES])
+        self.assertIn("data.roles", report.first_detail[sources.BAD_MESSAGES])
+        with self.assertRaisesRegex(sources.DataError, "data.roles: bot=robot: a role is one of"):
+            self._encode(source=source, roles="bot=robot")
+
+    def test_openai_weight_zero_turns_are_context(self):
+        examples, _ = self._encode(source=testing.write_jsonl(
+            self.create_tempdir().full_path, testing.OPENAI))
+        self.assertEqual(testing.trained_spans(self.tokenizer, examples[0]), ["Bonjour !<turn|>"])
+        self.assertIn("Hello!", self.tokenizer.decode(examples[0].input_ids))
+        # A weighted-out last answer: the conversation ends at the last trained one.
+        messages = testing.OPENAI[0]["messages"]
+        flipped = [{**messages[0]}, {**messages[1], "weight": 1}, {**messages[2]},
+                   {**messages[3], "weight": 0}]
+        examples, _ = self._encode(source=testing.write_jsonl(
+            self.create_tempdir().full_path, [{"messages": flipped}]))
+        self.assertEqual(testing.trained_spans(self.tokenizer, examples[0]), ["Hello!<turn|>"])
+        self.assertNotIn("Bonjour", self.tokenizer.decode(examples[0].input_ids))
+        nothing = [{**m, "weight": 0} if m["role"] == "assistant" else m for m in messages]
+        odd = [{**m, "weight": 0.5} if m["role"] == "assistant" else m for m in messages]
+        _, report = self._encode(source=testing.write_jsonl(
+            self.create_tempdir().full_path, [{"messages": nothing}, {"messages": odd}]))
+        self.assertEqual(dict(report.dropped_rows), {sources.NO_ASSISTANT: [1],
+                                                     sources.BAD_MESSAGES: [2]})
+        self.assertIn("every assistant turn has weight 0", report.first_detail[
+            sources.NO_ASSISTANT])
+        self.assertIn("weight: expected 0 or 1, found the number 0.5",
+                      report.first_detail[sources.BAD_MESSAGES])
+
+    def test_other_encodings_are_named_or_one_clear_error(self):
+        shaped = testing.write_shaped_data(self.create_tempdir().full_path)
+        path = shaped["latin1.jsonl"][0]
+        with self.assertRaisesRegex(sources.DataError,
+                                    rf"{path}: row 1 is not utf-8 text .*data.encoding"):
+            self._encode(source=path)
+        examples, report = self._encode(source=path, encoding="latin-1")
+        self.assertEqual(report.kept, 1)
+        self.assertIn("Café means?", self.tokenizer.decode(examples[0].input_ids))
+        with self.assertRaisesRegex(sources.DataError, "not an encoding Python knows"):
+            self._encode(source=path, encoding="klingon")
+        # A bad byte further down is found on its own row.
+        lines = os.path.join(self.create_tempdir().full_path, "late.jsonl")
+        with open(lines, "wb") as f:
+            f.write(json.dumps(testing.PAIRS[0]).encode() + b"\n\n" +
+                    json.dumps(testing.PAIRS[2]).encode()[:-2] + b"\xff\"}\n")
+        with self.assertRaisesRegex(sources.DataError, r"row 2 \(line 3\) is not utf-8 text"):
+            self._encode(source=lines)
+        csv_path = os.path.join(self.create_tempdir().full_path, "late.csv")
+        with open(csv_path, "wb") as f:
+            f.write(b"prompt,completion\r\nq,a\r\nq2,caf\xe9\r\n")
+        with self.assertRaisesRegex(sources.DataError, r"row 2 is not utf-8 text"):
+            self._encode(source=csv_path)
+        _, report = self._encode(source=csv_path, encoding="cp1252")
+        self.assertEqual(report.kept, 2)
+        # UTF-16 (a spreadsheet's "Unicode text"), named.
+        wide = os.path.join(self.create_tempdir().full_path, "wide.tsv")
+        with open(wide, "w", encoding="utf-16", newline="") as f:
+            f.write("prompt\tcompletion\r\nCaf\u00e9?\tCoffee.\r\n")
+        examples, report = self._encode(source=wide, encoding="utf-16")
+        self.assertEqual(report.kept, 1)
+        self.assertIn("Café?", self.tokenizer.decode(examples[0].input_ids))
 
     def test_column_map(self):
         self.assertEqual(formats.column_map(" q=prompt , a=completion,"),

@@ -43,6 +43,22 @@ class InspectTest(absltest.TestCase):
         self.assertEqual(figures["dropped"], {"invalid_json": 1, "empty": 1})
         self.assertEqual(figures["dropped_rows"], {"invalid_json": [2], "empty": [3]})
         self.assertRegex(result.stdout, r"invalid_json\s+1\s+\(rows 2\)")
+        self.assertIn("e.g. row 2: expected a JSON object, found", result.stdout)
+        self.assertEqual(figures["dropped_why"]["empty"],
+                         "row 3: response: expected text, found an empty text")
+
+    def test_files_as_people_have_them_with_the_source_alone(self):
+        shaped = testing.write_shaped_data(self.create_tempdir().full_path)
+        for name, (path, rows) in shaped.items():
+            with self.subTest(name):
+                out = os.path.join(self.create_tempdir().full_path, "figures.json")
+                extra = ("--data.encoding=latin-1",) if name == "latin1.jsonl" else ()
+                result = _run(f"--data.source={path}", *extra, f"--output_json={out}")
+                self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+                with open(out) as f:
+                    figures = json.load(f)
+                self.assertEqual((figures["rows_read"], figures["kept"], figures["dropped"]),
+                                 (rows, rows, {}))
 
     def test_fails_loudly_when_nothing_is_trained(self):
         source = testing.write_jsonl(self.create_tempdir().full_path, ["{broken", "[]"])

@@ -24,12 +24,16 @@ _CHUNK = 512  # rows rendered and tokenized per batched tokenizer call
 def default_config():
     """The data fields of the training config (training/common/hparams.py adds them)."""
     c = config_dict.ConfigDict()
-    # "sample", a file (.jsonl, .json, .parquet, .csv) or a folder written by
-    # datasets, local or gs://; a file of a Hub data set as
+    # "sample", a file (.jsonl, .json, .parquet, .csv, .tsv; the text types also
+    # .gz, .bz2, .xz or .zst) or a folder written by datasets, local or gs://; a file of a Hub data set as
     # hf://datasets/OWNER/NAME/FILE; or a Hub data set id read by datasets.
     c.source = "hf://datasets/zhuyaoyu/CodeV-R1-dataset/codev_r1_sft.jsonl"
-    c.format = "auto"  # messages, prompt_completion or codev; auto: from the columns
+    # messages, prompt_completion, alpaca, sharegpt or codev (data/formats.py);
+    # auto: from the columns.
+    c.format = "auto"
     c.columns = ""  # renames columns first: "question=prompt,answer=completion"
+    c.roles = ""  # ShareGPT role names beyond the usual ones: "bot=assistant,person=user"
+    c.encoding = "utf-8"  # of text files (JSON, JSON Lines, CSV, TSV), compressed or not
     c.subset = ""  # a Hub data set's subset (its config name)
     c.split = "train"  # the split of a Hub data set or of a datasets folder
     c.max_rows = 0  # the first N rows of the source (0: all); the rest are counted
@@ -98,16 +102,22 @@ def encode_rows(conversations, encoder, config, progress=None):
             if example is None:
                 continue
             if np.isin(example.input_ids, encoder.media_ids).any():
-                report.drop(number, sources.MEDIA_TOKEN)
+                report.drop(number, sources.MEDIA_TOKEN,
+                            "expected text only, found a media placeholder token (an image, "
+                            "audio or video slot) in it")
                 continue
             if len(example) > config.max_seq_len:
                 if config.long_rows == "drop":
-                    report.drop(number, sources.TOO_LONG)
+                    report.drop(number, sources.TOO_LONG,
+                                f"expected at most data.max_seq_len={config.max_seq_len} tokens, "
+                                f"found {len(example)} (or set data.long_rows=truncate)")
                     continue
                 example = chat.Encoded(example.input_ids[:config.max_seq_len],
                                        example.loss_mask[:config.max_seq_len])
                 if not example.loss_mask.any():
-                    report.drop(number, sources.TOO_LONG)
+                    report.drop(number, sources.TOO_LONG,
+                                f"expected a trained token in the first {config.max_seq_len} "
+                                f"tokens, found none of {len(example)}")
                     continue
             report.kept += 1
             report.lengths.append(len(example))

@@ -3,7 +3,11 @@
 A source is one of:
   * `sample`: the small CodeV-R1 data set written for this project (data/sample/);
   * a local file: JSON Lines (`.jsonl`), JSON (`.json`: an array of objects, or
-    JSON Lines), Parquet (`.parquet`) or CSV (`.csv`, every value a string);
+    JSON Lines), Parquet (`.parquet`), CSV (`.csv`) or TSV (`.tsv`; in both
+    every value is a string); the text files also compressed, as
+    `NAME.jsonl.gz` (gzip), `.bz2`, `.xz` or `.zst` (zstd); read as UTF-8
+    unless `encoding` says otherwise, a byte-order mark at the start of the file
+    or of a line ignored, CRLF line ends as LF;
   * a local folder written by `datasets` (`Dataset.save_to_disk`); a
     `DatasetDict` folder gives its `split`;
   * a gs:// URL of such a file (copied to the local cache first);
@@ -14,13 +18,19 @@ A source is one of:
 
 A row that cannot be parsed never stops a run: it becomes a `Skip` with its
 1-based row number and a reason, and is counted. A source that cannot be read
-at all is one `DataError`. `max_rows` reads the first N rows; the rows it leaves
+at all is one `DataError`; so is text that is not in the encoding (UTF-8 unless
+`data.encoding` names another), with the row where it was met. `max_rows` reads the first N rows; the rows it leaves
 out are counted (`Records.not_read`), never dropped silently.
 """
 
+import bz2
+import codecs
 import csv
 import dataclasses
+import gzip
+import io
 import json
+import lzma
 import os
 
 from common import cli
@@ -31,7 +41,8 @@ SAMPLE = "sample"
 SAMPLE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sample",
                            "codev_r1_sample.jsonl")
 HUB_FILE = "hf://datasets/"
-FILE_TYPES = (".jsonl", ".json", ".parquet", ".csv")
+FILE_TYPES = (".jsonl", ".json", ".parquet", ".csv", ".tsv")
+COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")  # of the text types: `chats.jsonl.gz`
 
 # Skip reasons, in the order reports list them.
 INVALID_JSON = "invalid_json"
@@ -104,34 +115,99 @@ class Records:
 
 def _record(number, fields):
     if not isinstance(fields, dict):
-        return Skip(number, INVALID_JSON, "not a JSON object")
+        return Skip(number, INVALID_JSON,
+                    f"expected a JSON object, found {type(fields).__name__} {fields!r:.40}")
     return Record(number, fields)
 
 
-def _json_lines(path):
+def _open_binary(path):
+    """The file's bytes, decompressed by its last suffix (COMPRESSIONS)."""
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix == ".gz":
+        return gzip.open(path, "rb")
+    if suffix == ".bz2":
+        return bz2.open(path, "rb")
+    if suffix == ".xz":
+        return lzma.open(path, "rb")
+    if suffix == ".zst":
+        import pyarrow  # pylint: disable=import-outside-toplevel
+        return io.BufferedReader(pyarrow.input_stream(path, compression="zstd"))
+    return open(path, "rb")
+
+
+def _text_encoding(encoding):
+    """Python's codec for `encoding`; UTF-8 reads past a byte-order mark."""
+    try:
+        name = codecs.lookup(encoding).name
+    except LookupError:
+        raise DataError(f"data.encoding={encoding!r} is not an encoding Python knows "
+                        "(e.g. utf-8, latin-1, cp1252, utf-16)") from None
+    return "utf-8-sig" if name == "utf-8" else name
+
+
+def _not_encoded(path, where, encoding, error):
+    return DataError(
+        f"{path}: {where} is not {encoding} text ({error.reason}, byte "
+        f"{error.object[error.start:error.start + 1]!r}); if the file is in another "
+        "encoding, name it with data.encoding (e.g. latin-1, cp1252, utf-16)")
+
+
+def _decoded_lines(f, codec):
+    """The lines of a binary file as text. Line by line where a line end is the byte
+    0x0A (UTF-8, Latin-1, cp1252, ...), so that a byte the codec refuses is met
+    on its own line; as a stream otherwise (UTF-16, UTF-32)."""
+    if "\n".encode(codec.replace("-sig", "")) != b"\n":
+        yield from io.TextIOWrapper(f, encoding=codec, newline="")
+        return
+    for raw in f:
+        yield raw.decode(codec)
+
+
+def _json_lines(path, encoding):
+    """One JSON value per line; blank lines are not rows."""
+    codec = _text_encoding(encoding)
+
     def iterate():
-        with open(path, encoding="utf-8", errors="replace") as f:
-            for number, line in enumerate(f, start=1):
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError as e:
-                    yield Skip(number, INVALID_JSON, str(e))
+        number = line_number = 0
+        with _open_binary(path) as f:
+            try:
+                for line_number, line in enumerate(_decoded_lines(f, codec), start=1):
+                    line = line.lstrip("\ufeff")  # a mark on any line (files joined with cat)
+                    if not line.strip():
+                        continue
+                    number += 1
+                    try:
+                        yield json.loads(line)
+                    except json.JSONDecodeError as e:
+                        yield Skip(number, INVALID_JSON, f"expected a JSON object, found {e}")
+            except UnicodeDecodeError as e:
+                where = f"row {number + 1}" + (f" (line {line_number + 1})"
+                                               if line_number != number else "")
+                raise _not_encoded(path, where, encoding, e) from None
 
     def count():
-        with open(path, "rb") as f:
-            return sum(1 for _ in f)
+        with _open_binary(path) as f:
+            return sum(1 for line in f if line.strip())
     return iterate, count
 
 
-def _json(path):
-    with open(path, encoding="utf-8", errors="replace") as f:
-        head = f.read(4096).lstrip()
-    if not head.startswith("["):
-        return _json_lines(path)
+def _json(path, encoding):
+    """A JSON array of objects, or JSON Lines under a .json name."""
+    codec = _text_encoding(encoding)
+    with _open_binary(path) as f:
+        head = f.read(4096).decode(codec, errors="ignore")
+    if not head.lstrip("\ufeff \t\r\n").startswith("["):
+        return _json_lines(path, encoding)
+    with _open_binary(path) as f:
+        data = f.read()
     try:
-        with open(path, encoding="utf-8") as f:
-            rows = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        text = data.decode(codec)
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise _not_encoded(path, f"line {line}", encoding, e) from None
+    try:
+        rows = json.loads(text.lstrip("\ufeff"))
+    except json.JSONDecodeError as e:
         raise DataError(f"cannot read JSON file {path}: {e}") from e
     return (lambda: iter(rows)), (lambda: len(rows))
 
@@ -149,14 +225,27 @@ def _parquet(path):
     return iterate, lambda: table.metadata.num_rows
 
 
-def _csv(path):
-    def iterate():
-        with open(path, encoding="utf-8", errors="replace", newline="") as f:
-            yield from csv.DictReader(f)
+def _delimited(delimiter):
+    """CSV (`,`) or TSV (tab): a header row, then rows; quoted cells may hold line ends."""
+    def reader(path, encoding):
+        codec = _text_encoding(encoding)
 
-    def count():
-        return sum(1 for _ in iterate())
-    return iterate, count
+        def iterate():
+            with _open_binary(path) as f:
+                rows = csv.DictReader(_decoded_lines(f, codec), delimiter=delimiter)
+                number = 0
+                try:
+                    for number, row in enumerate(rows, start=1):
+                        yield row
+                except UnicodeDecodeError as e:
+                    raise _not_encoded(path, f"row {number + 1}", encoding, e) from None
+                except csv.Error as e:
+                    raise DataError(f"{path}: row {number + 1}: {e}") from None
+
+        def count():
+            return sum(1 for _ in iterate())
+        return iterate, count
+    return reader
 
 
 def _dataset(dataset):
@@ -217,7 +306,11 @@ def local_path(source):
                     "gs:// URL, nor a Hub data set id like owner/name")
 
 
-def read(source, *, subset="", split="train", max_rows=0):
+_READERS = {".jsonl": _json_lines, ".json": _json, ".csv": _delimited(","),
+            ".tsv": _delimited("\t")}
+
+
+def read(source, *, subset="", split="train", max_rows=0, encoding="utf-8"):
     """The rows of `source` (see the module docstring) as a `Records`."""
     path = local_path(source)
     if path is None:
@@ -226,9 +319,15 @@ def read(source, *, subset="", split="train", max_rows=0):
         return Records(_saved_dataset(path, split), max_rows)
     if not os.path.isfile(path) or not os.access(path, os.R_OK):
         raise DataError(f"cannot read data file {path}")
-    readers = {".jsonl": _json_lines, ".json": _json, ".parquet": _parquet, ".csv": _csv}
-    suffix = os.path.splitext(path)[1].lower()
-    if suffix not in readers:
+    stem, suffix = os.path.splitext(path.lower())
+    compressed = suffix in COMPRESSIONS
+    if compressed:
+        stem, suffix = os.path.splitext(stem)
+    if suffix == ".parquet" and not compressed:
+        return Records(_parquet(path), max_rows)
+    if suffix not in _READERS:
         raise DataError(f"{path}: unknown file type {suffix or '(none)'}; one of "
-                        f"{', '.join(FILE_TYPES)}, or a folder written by datasets")
-    return Records(readers[suffix](path), max_rows)
+                        f"{', '.join(FILE_TYPES)} (the text types also compressed: "
+                        f"{', '.join(COMPRESSIONS)}), or a folder written by datasets")
+    _text_encoding(encoding)  # an unknown encoding fails here, before any row
+    return Records(_READERS[suffix](path, encoding), max_rows)

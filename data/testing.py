@@ -1,6 +1,7 @@
 """Shared test helpers for the data package: rows and files written on the fly."""
 
 import csv
+import io
 import json
 import os
 
@@ -82,6 +83,43 @@ PAIRS = [
      "completion": [{"role": "assistant", "content": "lambda x: x * x"}]},
     {"prompt": "What is 7 in binary?", "completion": "111"},
 ]
+# Alpaca (instruction, optional input, output; optional system and history).
+ALPACA = [
+    {"instruction": "Give the output of a NAND gate.", "input": "a=1, b=1", "output": "0"},
+    {"instruction": "Name the flip-flop that toggles on every clock edge.", "input": "",
+     "output": "A T flip-flop with T held high."},
+    {"instruction": "And in Verilog?", "input": "", "output": "always @(posedge clk) q <= ~q;",
+     "system": "You answer briefly.",
+     "history": [["What toggles?", "A T flip-flop."]]},
+]
+# ShareGPT (conversations of from/value turns; a system column; tool use as
+# LLaMA-Factory writes it, with its tools as JSON text).
+SHAREGPT = [
+    {"conversations": [{"from": "human", "value": "What is a mux?"},
+                       {"from": "gpt", "value": "A selector of one input among several."},
+                       {"from": "human", "value": "How many select bits for 4 inputs?"},
+                       {"from": "gpt", "value": "Two."}]},
+    {"system": "You can query the parts database.", "tools": json.dumps(TOOLS),
+     "conversations": [
+         {"from": "human", "value": "How many inverters are in stock?"},
+         {"from": "function_call", "value": json.dumps(
+             {"name": "run_sql",
+              "arguments": {"query": "SELECT COUNT(*) FROM parts WHERE kind = 'inverter'"}})},
+         {"from": "observation", "value": "42"},
+         {"from": "gpt", "value": "There are 42 inverters in stock."}]},
+]
+# OpenAI's fine-tuning chat format: an assistant turn of weight 0 is not trained.
+OPENAI = [
+    {"messages": [{"role": "user", "content": "Say hi."},
+                  {"role": "assistant", "content": "Hello!", "weight": 0},
+                  {"role": "user", "content": "Now in French."},
+                  {"role": "assistant", "content": "Bonjour !", "weight": 1}]},
+]
+# Answers that look like JSON are text (a structured-output data set).
+JSON_LOOKING = [
+    {"prompt": "List the first three primes as JSON.", "completion": "[2, 3, 5]"},
+    {"prompt": "An object with a = 1, as JSON.", "completion": '{"a": 1}'},
+]
 QUESTIONS = [  # CSV columns named otherwise, read with data.columns
     {"question": "What does CMOS stand for?",
      "answer": "Complementary metal-oxide-semiconductor."},
@@ -96,10 +134,13 @@ def write_user_data(directory):
     import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
     messages = write_jsonl(directory, CHATS, name="chats.jsonl")
     pairs = os.path.join(directory, "pairs.parquet")
-    # A Parquet column has one type, so the conversational row's message lists
-    # are stored as JSON text (data/formats.py reads them back as lists).
-    pq.write_table(pa.Table.from_pylist([{k: json.dumps(v) if isinstance(v, list) else v
-                                          for k, v in row.items()} for row in PAIRS]), pairs)
+    # A Parquet column has one type: every row's prompt and completion as message
+    # lists (a string prompt is the user turn, a string completion the answer).
+    pq.write_table(pa.Table.from_pylist([
+        {"prompt": row["prompt"] if isinstance(row["prompt"], list)
+         else [{"role": "user", "content": row["prompt"]}],
+         "completion": row["completion"] if isinstance(row["completion"], list)
+         else [{"role": "assistant", "content": row["completion"]}]} for row in PAIRS]), pairs)
     questions = os.path.join(directory, "questions.csv")
     with open(questions, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=["question", "answer"])
@@ -118,3 +159,60 @@ def write_user_data(directory):
                                 "columns": "question=prompt,answer=completion"},
         "datasets_folder": {"source": saved, "split": "train"},
     }
+
+
+def write_shaped_data(directory):
+    """Files shaped as people have them; returns {name: (path, rows in it)}.
+
+    Each is read with `data.source` alone (and `data.encoding` for the Latin-1
+    one) and keeps every row."""
+    import bz2  # pylint: disable=import-outside-toplevel
+    import gzip  # pylint: disable=import-outside-toplevel
+    import lzma  # pylint: disable=import-outside-toplevel
+    import pyarrow as pa  # pylint: disable=import-outside-toplevel
+    out = {}
+
+    def put(name, text, rows, encoding="utf-8"):
+        path = os.path.join(directory, name)
+        with open(path, "wb") as f:
+            f.write(text.encode(encoding))
+        out[name] = (path, rows)
+        return path
+
+    def lines(rows):
+        return "".join(json.dumps(r) + "\n" for r in rows)
+
+    put("alpaca.json", json.dumps(ALPACA, indent=1), len(ALPACA))
+    put("sharegpt.jsonl", lines(SHAREGPT), len(SHAREGPT))
+    put("openai.jsonl", lines(OPENAI), len(OPENAI))
+    put("json_looking.jsonl", lines(JSON_LOOKING), len(JSON_LOOKING))
+    # A spreadsheet's CSV: a byte-order mark, CRLF line ends, a cell with a line end.
+    spreadsheet = io.StringIO()
+    writer = csv.DictWriter(spreadsheet, fieldnames=["prompt", "completion"])
+    writer.writeheader()
+    writer.writerows(JSON_LOOKING + [{"prompt": "Two lines?", "completion": "One\nTwo"}])
+    put("spreadsheet.csv", "\ufeff" + spreadsheet.getvalue(), len(JSON_LOOKING) + 1)
+    put("alpaca.tsv", "instruction\tinput\toutput\r\n" + "".join(
+        f"{r['instruction']}\t{r['input']}\t{r['output']}\r\n" for r in ALPACA[:2]), 2)
+    # A `messages` column as JSON text in a CSV cell is still read as messages.
+    cells = io.StringIO()
+    writer = csv.DictWriter(cells, fieldnames=["messages"])
+    writer.writeheader()
+    writer.writerows([{"messages": json.dumps(c["messages"])} for c in CHATS[:2]])
+    put("messages_as_text.csv", cells.getvalue(), 2)
+    text = lines(SHAREGPT)
+    for suffix, compress in ((".gz", gzip.compress), (".bz2", bz2.compress),
+                             (".xz", lzma.compress)):
+        path = os.path.join(directory, "sharegpt.jsonl" + suffix)
+        with open(path, "wb") as f:
+            f.write(compress(text.encode()))
+        out["sharegpt.jsonl" + suffix] = (path, len(SHAREGPT))
+    path = os.path.join(directory, "alpaca.json.zst")
+    with pa.output_stream(path, compression="zstd") as f:
+        f.write(json.dumps(ALPACA).encode())
+    out["alpaca.json.zst"] = (path, len(ALPACA))
+    # Two files joined with cat, the second with its own byte-order mark.
+    put("joined.jsonl", lines(ALPACA[:1]) + "\ufeff" + lines(ALPACA[1:]), len(ALPACA))
+    put("latin1.jsonl", json.dumps({"prompt": "Caf\u00e9 means?", "completion": "Coffee."},
+                                   ensure_ascii=False) + "\n", 1, encoding="latin-1")
+    return out

@@ -63,8 +63,12 @@ class ViewsTest(absltest.TestCase):
 
     def test_each_format_gives_both_stacks_the_same_tokens_and_masks(self):
         tokenizer = tokenizer_lib.build_tokenizer()
-        for name, overrides in testing.write_user_data(
-                self.create_tempdir().full_path).items():
+        sets = testing.write_user_data(self.create_tempdir().full_path)
+        # Alpaca, ShareGPT, OpenAI's chat, compressed, CSV/TSV, ...: one of each.
+        for name, (path, _) in testing.write_shaped_data(self.create_tempdir().full_path).items():
+            sets[name] = {"source": path,
+                          "encoding": "latin-1" if name == "latin1.jsonl" else "utf-8"}
+        for name, overrides in sets.items():
             for packed in (False, True):
                 with self.subTest(name, packed=packed):
                     config = pipeline.default_config()

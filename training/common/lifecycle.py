@@ -33,6 +33,8 @@ from training.common import tracking
 from training.formats import base_model
 from training.formats import gemma4_map
 
+DROPPED_ROWS_LISTED = 20  # row numbers run.json lists per drop reason
+
 # The packages whose versions each stack records in run.json.
 VERSIONED_PACKAGES = {
     "tpu": ("jax", "flax", "optax", "orbax-checkpoint", "grain", "qwix", "google-tunix",
@@ -228,6 +230,11 @@ def write_run_info(run, *, devices, processes, device_kind, parallelism, attenti
         "data": {"source": config.data.source, "format": report.format,
                  "rows_read": report.rows_read, "rows_not_read": report.not_read,
                  "kept": report.kept, "dropped": dict(report.dropped),
+                 # Per reason: an example of what was expected and found, and the
+                 # first rows (//data:inspect lists the same).
+                 "dropped_why": dict(report.first_detail),
+                 "dropped_rows": {reason: rows[:DROPPED_ROWS_LISTED]
+                                  for reason, rows in report.dropped_rows.items()},
                  "trained_tokens": report.trained_tokens, "tokens": report.total_tokens}})
 
 

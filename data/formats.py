@@ -16,10 +16,11 @@ one (a rename with `data.columns` comes first):
         {"instruction": "Add the numbers.", "input": "2 and 3", "output": "5",
          "system": "Be brief.", "history": [["Hi.", "Hello."]]}
     `input`, `system` and `history` are optional. The user turn is the
-    instruction, then a newline and the input when there is one: LLaMA-Factory's
-    convention (its data/README.md: the `query` column is appended to the
-    `prompt` column). `history` holds earlier [instruction, response] pairs,
-    turns before this one, trained like every assistant turn.
+    instruction, then a newline and the input when there is one, and `history`
+    holds earlier [instruction, response] pairs whose responses are trained
+    too: LLaMA-Factory's convention (hiyouga/LLaMA-Factory, data/README.md:
+    the human instruction is `instruction\ninput`; in supervised fine-tuning
+    the history's answers are learned as well).
   * `sharegpt` (ShareGPT, as LLaMA-Factory and Axolotl read it):
         {"conversations": [{"from": "human", "value": "Add 2 and 3."},
                            {"from": "gpt", "value": "5"}], "system": "Be brief."}
@@ -86,7 +87,7 @@ def role_map(spec):
         if role not in (*ROLES, FUNCTION_CALL):
             raise sources.DataError(f"data.roles: {name}={role}: a role is one of "
                                     f"{', '.join((*ROLES, FUNCTION_CALL))}")
-    return {**SHAREGPT_ROLES, **extra}
+    return {**SHAREGPT_ROLES, **extra}  # looked up as written, then in lower case
 
 
 def detect(columns):
@@ -140,9 +141,9 @@ def _structure(value, field):
 
 
 def _text_field(fields, field, required=True):
-    """A string column's text, as it is."""
+    """A string column's text, as it is ("" for an optional one that is missing)."""
     value = fields.get(field)
-    if value is None or (isinstance(value, str) and not value.strip() and not required):
+    if value is None:
         if required:
             raise sources.SkipRow(sources.MISSING_FIELD,
                                   f"expected a `{field}` value, found none")
@@ -241,6 +242,8 @@ def _sharegpt_message(turn, where, roles):
     if "from" not in turn and "role" in turn:  # a role/content message among them
         return turn
     name, value = turn.get("from"), turn.get("value")
+    if isinstance(name, str) and name not in roles:
+        name = name.lower()  # `Human`, `GPT`
     if name not in roles:
         raise sources.SkipRow(sources.BAD_MESSAGES,
                               f"{where}: expected `from` among {', '.join(sorted(roles))} "
@@ -268,7 +271,7 @@ def _sharegpt_message(turn, where, roles):
 
 def _system(fields):
     """An optional `system` column as the first message."""
-    system = _text_field(fields, "system", required=False) if "system" in fields else ""
+    system = _text_field(fields, "system", required=False)
     return [{"role": "system", "content": system}] if system.strip() else []
 
 
@@ -334,7 +337,7 @@ class Converter:
 
     def _alpaca(self, fields):
         instruction = _text_field(fields, "instruction")
-        extra = _text_field(fields, "input", required=False) if "input" in fields else ""
+        extra = _text_field(fields, "input", required=False)
         messages = [_check_message(m, "system") for m in _system(fields)]
         history = fields.get("history") or []
         if not isinstance(history, list) or not all(

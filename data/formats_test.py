@@ -172,6 +172,14 @@ class FormatsTest(absltest.TestCase):
             f.write("hello\n")
         with self.assertRaisesRegex(sources.DataError, "unknown file type .txt"):
             self._encode(source=path)
+        with open(path + ".gz", "w") as f:
+            f.write("hello\n")
+        with self.assertRaisesRegex(sources.DataError, "unknown file type .txt"):
+            self._encode(source=path + ".gz")
+        with open(path + ".parquet.gz", "w") as f:
+            f.write("hello\n")
+        with self.assertRaisesRegex(sources.DataError, "Parquet file compresses its columns"):
+            self._encode(source=path + ".parquet.gz")
 
     def test_files_as_people_have_them_keep_every_row(self):
         shaped = testing.write_shaped_data(self.create_tempdir().full_path)
@@ -232,6 +240,9 @@ class FormatsTest(absltest.TestCase):
                                       "human" else {"from": "bot", "value": t["value"]}
                                       for t in testing.SHAREGPT[0]["conversations"]]}]
         self._same_tokens(renamed, [{"messages": first}], roles="person=user,bot=assistant")
+        shouting = [{"conversations": [{**t, "from": t["from"].upper()}
+                                       for t in testing.SHAREGPT[0]["conversations"]]}]
+        self._same_tokens(shouting, [{"messages": first}])  # HUMAN, GPT
         source = testing.write_jsonl(self.create_tempdir().full_path, renamed)
         _, report = self._encode(source=source)
         self.assertEqual(dict(report.dropped), {sources.BAD_MESSAGES: 1})

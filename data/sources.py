@@ -323,7 +323,10 @@ def read(source, *, subset="", split="train", max_rows=0, encoding="utf-8"):
     compressed = suffix in COMPRESSIONS
     if compressed:
         stem, suffix = os.path.splitext(stem)
-    if suffix == ".parquet" and not compressed:
+    if suffix == ".parquet":
+        if compressed:
+            raise DataError(f"{path}: a Parquet file compresses its columns itself; give "
+                            "it uncompressed (only the text types are read compressed)")
         return Records(_parquet(path), max_rows)
     if suffix not in _READERS:
         raise DataError(f"{path}: unknown file type {suffix or '(none)'}; one of "

@@ -183,7 +183,7 @@ class ParityTest(absltest.TestCase):
                                        [r["eval_loss"] for r in records], rtol=1e-6)
 
     def test_alpaca_and_sharegpt_train_alike_on_both_stacks(self):
-        # Alpaca rows to train on (3 x 3: one step of 8), ShareGPT rows to validate
+        # Alpaca rows to train on (9, 4 epochs, padded: one step of 8 runs), ShareGPT rows to validate
         # on: both formats go through both stacks in one short run each.
         alpaca = data_testing.write_jsonl(self.tmp, data_testing.ALPACA * 3, name="alpaca.jsonl")
         sharegpt = data_testing.write_jsonl(self.tmp, data_testing.SHAREGPT * 2,
@@ -193,6 +193,7 @@ class ParityTest(absltest.TestCase):
             workdir = os.path.join(self.tmp, f"{stack}-alpaca")
             out[stack] = _run(binary, workdir, *init, f"--config.data.source={alpaca}",
                               f"--config.data.eval_source={sharegpt}",
+                              "--config.data.packing=False",  # 36 rows: 4 steps of 8
                               common=[a.replace(f"max_steps={STEPS}", "max_steps=1")
                                       for a in COMMON])
             info = run_dir_lib.read_run_info(workdir)

@@ -69,6 +69,12 @@ land on the testbench or the reference:
     looked for unbound names was passed by a design that copied the reference
     this way. The same holds for tasks and functions called by such a name,
     `defparam`, `disable` and every other use of a hierarchical name;
+  * upward resolution of simple names: a task or function the design calls,
+    or a named block it disables, that it does not declare is looked for in
+    the enclosing instances as well (Icarus does, for all three: a testbench's
+    `wait_for_end_of_timestep` can be called, a function of `tb` returns its
+    value into the design). Variables, parameters, types and events by a
+    simple name do not go up;
   * module names the testbench instantiates: a sample that instantiates
     `RefModule` or `stimulus_gen` gets the reference's or the stimulus's code;
   * the compilation unit ($unit, 3.12.1): declarations outside any module in
@@ -96,9 +102,10 @@ names the harness could not bind in its detail, whatever the simulation said.
 A sample that fails in both is judged as upstream judges a compile error. The
 harness elaboration is skipped for a sample whose text cannot reach outside
 (`may_reach_outside`: no dotted name, no macro, no escaped identifier, no `$root`
-or `$unit`, no package reference, no instance of a module it does not define)
-when the problem's testbench and reference declare nothing outside their
-modules, which is most samples: it would cost a quarter of the judging time.
+or `$unit`, no package reference, no instance of a module it does not define,
+no word that names a task, function or named block of the testbench or the
+reference) when they declare nothing outside their modules, which is most
+samples: it would cost a quarter of the judging time.
 """
 
 import dataclasses
@@ -171,6 +178,12 @@ _DESIGN_INSTANCE = re.compile(
 _DESIGN_UNITS = re.compile(r"\b(?:module|macromodule|primitive|interface|program)\b.*?"
                            r"\bend(?:module|primitive|interface|program)\b", re.DOTALL)
 _DIRECTIVE = re.compile(r"^[ \t]*`(?:\\\n|[^\n])*", re.MULTILINE)  # with continued lines
+# What a design can name by a simple name and find in an enclosing instance:
+# tasks, functions (the name before its ports or `;`) and named blocks.
+_CALLABLE = re.compile(r"\btask\s+(?:(?:automatic|static)\s+)?([A-Za-z_][\w$]*)"
+                       r"|\bfunction\b[^;(]*?([A-Za-z_][\w$]*)\s*[(;]"
+                       r"|\b(?:begin|fork)\s*:\s*([A-Za-z_][\w$]*)")
+_WORD = re.compile(r"[A-Za-z_][\w$]*")
 _COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
 _STRINGS = re.compile(r'"(?:\\.|[^"\\\n])*"')
 # `a.b`, `g[0].x`, `u1 .q`: a name, then a dot, then a name (port connections
@@ -304,10 +317,19 @@ def _status(text):
     return codes
 
 
-def may_reach_outside(code):
+def upward_names(code):
+    """The names of `code`'s tasks, functions and named blocks: what a design
+    below it could call or disable by a simple name (module docstring)."""
+    return {name for match in _CALLABLE.findall(_strip(code)) for name in match if name}
+
+
+def may_reach_outside(code, outside_names=frozenset()):
     """False only when `code` certainly names nothing outside itself (see the
-    module docstring); anything unusual counts as true."""
+    module docstring); anything unusual counts as true. `outside_names`: the
+    testbench's and the reference's `upward_names`."""
     text = _strip(code)
+    if outside_names and not outside_names.isdisjoint(_WORD.findall(text)):
+        return True
     if any(sign in text for sign in ("`", "\\", "$root", "$unit", "::")) or \
             _DOTTED.search(text) or re.search(r"\bimport\b", text):
         return True
@@ -477,11 +499,11 @@ class Judge:
         self.keep_dirs = keep_dirs
         self._script = script(self.iverilog, self.vvp)
         self._phase_timeouts = (compile_timeout_s, compile_timeout_s, sim_timeout_s)
-        self._testbenches = {}  # test_path -> (its harness instances, always isolate)
+        self._testbenches = {}  # test_path -> (text, always isolate, upward names)
 
     def _testbench(self, problem):
-        """(the isolation harness's instances, whether every sample of `problem`
-        is elaborated alone), read once per testbench."""
+        """(the testbench's text, whether every sample of `problem` is elaborated
+        alone, the names a design could reach upward), read once per testbench."""
         if problem.test_path not in self._testbenches:
             with open(problem.test_path) as f:
                 testbench = f.read()
@@ -494,12 +516,13 @@ class Judge:
                 reference = f.read()
             self._testbenches[problem.test_path] = (
                 testbench, declares_outside_modules(testbench) or
-                declares_outside_modules(reference))
+                declares_outside_modules(reference),
+                frozenset(upward_names(testbench) | upward_names(reference)))
         return self._testbenches[problem.test_path]
 
     def judge(self, problem, code, expected_samples=None):
         """The Verdict for `code` (extracted Verilog) on `problem`."""
-        testbench, always_isolate = self._testbench(problem)
+        testbench, always_isolate, names = self._testbench(problem)
         if not code.strip():
             return Verdict(False, NO_CODE, False, "m", detail="no code extracted")
         start = time.monotonic()
@@ -512,7 +535,7 @@ class Judge:
             marker = f"-- upstream log {uuid.uuid4().hex} --"
             secret, module = uuid.uuid4().hex, f"g4_verdict_{uuid.uuid4().hex[:12]}"
             harness = f"g4_isolation_{uuid.uuid4().hex[:12]}"
-            isolate = always_isolate or may_reach_outside(code)
+            isolate = always_isolate or may_reach_outside(code, names)
             run = self.box.run_script(
                 self._script, run_dir, inputs=(SAMPLE, TEST, REF), null_files=(WAVE,),
                 stdout_name=LOG, phase_timeouts=self._phase_timeouts,

@@ -127,6 +127,13 @@ class AnalyzeLogTest(absltest.TestCase):
         for name, body in reaching.items():
             with self.subTest(name=name):
                 self.assertTrue(judge.may_reach_outside(_zero(body)))
+        # A task, function or named block of the testbench, by a simple name.
+        names = frozenset({"wait_for_end_of_timestep", "tb_zero"})
+        self.assertTrue(judge.may_reach_outside(_zero("initial wait_for_end_of_timestep;"),
+                                                names))
+        self.assertTrue(judge.may_reach_outside(_zero("assign zero = tb_zero();"), names))
+        self.assertFalse(judge.may_reach_outside(_zero("assign zero = tb_zero_not;"), names))
+        self.assertFalse(judge.may_reach_outside(_zero("// tb_zero\nassign zero = 0;"), names))
         plain = ("module Const0(output o);\n  assign o = 1'b0;\nendmodule\n" + _zero(
             "// tb.good1.zero in a comment\nConst0 u(.o(zero));\nand g1(w, zero, zero);\n"
             "initial $display(\"tb.x %d\", 1.5);\nalways @(posedge zero) if (zero) "
@@ -161,6 +168,19 @@ class AnalyzeLogTest(absltest.TestCase):
                          "module h;\n  TopModule top_module1 ();\n  TopModule wide ();\nendmodule\n")
         with open(os.path.join(testing.dataset_dir(), "Prob001_zero_test.sv")) as f:
             self.assertIn("TopModule top_module1 ();", judge.isolation_harness(f.read(), "h"))
+
+    def test_names_a_design_could_reach_upward(self):
+        self.assertEqual(judge.upward_names(
+            "module tb;\n function automatic integer f(input a); f = a; endfunction\n"
+            " function [3:0] g; input x; g = x; endfunction\n"
+            " function logic [7:0] h (input x); return x; endfunction\n"
+            " task automatic t; endtask\n task wait_for_end_of_timestep; endtask\n"
+            " initial begin : blk end\n initial fork : fk join\n"
+            " // task commented; \n initial $display(\"task quoted;\");\nendmodule\n"),
+            {"f", "g", "h", "t", "wait_for_end_of_timestep", "blk", "fk"})
+        with open(os.path.join(testing.dataset_dir(), "Prob001_zero_test.sv")) as f:
+            self.assertEqual(judge.upward_names(f.read()),
+                             {"wavedrom_start", "wavedrom_stop", "wait_for_end_of_timestep"})
 
     def test_what_a_testbench_declares_outside_its_modules(self):
         self.assertFalse(judge.declares_outside_modules(
@@ -306,6 +326,9 @@ class JudgeTest(absltest.TestCase):
             "defines_the_reference": _zero("assign zero = 1'b1;") +
             "module RefModule(output zero);\nassign zero = 1'b1;\nendmodule\n",
             "defines_the_testbench": _zero("assign zero = 1'b1;") + "module tb;\nendmodule\n",
+            # Upward resolution of a simple name: the testbench's own task.
+            "calls_a_testbench_task": _zero("assign zero = 1'b0;\n"
+                                            "initial wait_for_end_of_timestep;"),
             "wrong_module_name": "module Zero(output zero);\nassign zero = 0;\nendmodule\n",
         }
         want = {
@@ -322,6 +345,7 @@ class JudgeTest(absltest.TestCase):
             "copies_reference_upward": judge.OUTSIDE_REFERENCE,
             "copies_reference_upward_from_below": judge.OUTSIDE_REFERENCE,
             "defines_the_reference": "error", "defines_the_testbench": "error",
+            "calls_a_testbench_task": judge.OUTSIDE_REFERENCE,
             "wrong_module_name": "unknown_module",
         }
         names = list(hostile)
@@ -424,6 +448,18 @@ class JudgeTest(absltest.TestCase):
                          (False, judge.OUTSIDE_REFERENCE, True), verdict)
         self.assertIn("unit_zero", verdict.detail)
         self.assertTrue(self.judge.judge_reference(problem).passed)
+
+    def test_a_testbench_function_by_its_simple_name_is_outside(self):
+        # Upward resolution of a function name: no dot, no macro, no instance in the
+        # sample's text; the testbench's function returns the right output.
+        problem = self._variant("Prob001_zero", lambda text: text.replace(
+            "module tb();", "module tb();\n\tfunction automatic logic tb_zero(input logic x); "
+            "return 1'b0; endfunction", 1))
+        borrowed = _zero("assign zero = tb_zero(1'b1);")
+        verdict = self.judge.judge(problem, borrowed, self.expected[self.zero.id])
+        self.assertEqual((verdict.passed, verdict.reason, verdict.upstream_pass),
+                         (False, judge.OUTSIDE_REFERENCE, True), verdict)
+        self.assertIn("tb_zero", verdict.detail)
 
     def test_a_testbench_without_counters_is_a_judge_error(self):
         problem = self._variant("Prob001_zero", lambda text: text.replace("stats1", "counts"))

@@ -28,6 +28,7 @@ shared A under both names, and `lora_map.peft_to_qwix` needs them equal.
 """
 
 import dataclasses
+import json
 import re
 
 import numpy as np
@@ -98,24 +99,21 @@ class Dims:
                             "num_kv_shared_layers"):
             if config.get(unsupported):
                 raise MappingError(f"Gemma 4 variants with {unsupported} are not supported")
-        if "per_layer_config" in config and "global_head_dim" not in config:
-            raise MappingError(
-                "config.json has a `per_layer_config` block (written by transformers >= "
-                "5.16) that the training stack cannot read; re-save it with transformers 5.12")
         rope = config.get("rope_parameters") or {}
         layer_types = tuple(config["layer_types"])
         unknown = set(layer_types) - {SLIDING, GLOBAL}
         if unknown:
             raise MappingError(f"unknown layer types {sorted(unknown)}")
         k_eq_v = bool(config.get("attention_k_eq_v"))
+        global_layer = _global_overrides(config, layer_types)
         # transformers gives global layers their own KV-head count only with K = V.
-        global_kv_heads = (config.get("num_global_key_value_heads") if k_eq_v else None)
+        global_kv_heads = global_layer.get("num_key_value_heads") if k_eq_v else None
         return cls(
             vocab=config["vocab_size"], embed=config["hidden_size"],
             mlp=config["intermediate_size"], heads=config["num_attention_heads"],
             head_dim=config["head_dim"], kv_heads=config["num_key_value_heads"],
             global_kv_heads=global_kv_heads or config["num_key_value_heads"],
-            global_head_dim=config.get("global_head_dim") or config["head_dim"],
+            global_head_dim=global_layer.get("head_dim") or config["head_dim"],
             k_eq_v_global=k_eq_v,
             layer_types=layer_types, sliding_window=config["sliding_window"],
             final_logit_softcap=config.get("final_logit_softcapping"),
@@ -123,6 +121,39 @@ class Dims:
             global_rope_theta=rope.get(GLOBAL, {}).get("rope_theta", 1_000_000.0),
             global_rope_proportion=rope.get(GLOBAL, {}).get("partial_rotary_factor", 0.25),
         )
+
+
+# What a global layer may set apart from the sliding layers' sizes.
+_GLOBAL_FIELDS = ("head_dim", "num_key_value_heads")
+
+
+def _global_overrides(config, layer_types):
+    """The global layers' head_dim and KV-head count, in either layout of config.json:
+    `global_head_dim` and `num_global_key_value_heads` (transformers up to 5.15), or
+    `per_layer_config`, {layer index: overrides} for each global layer (5.16 and
+    later write it instead; JSON makes the indices strings). The model here has one
+    global layer shape, so every global layer must set the same overrides and the
+    sliding layers none."""
+    if "per_layer_config" not in config:
+        return {"head_dim": config.get("global_head_dim"),
+                "num_key_value_heads": config.get("num_global_key_value_heads")}
+    per_layer = {int(index): overrides for index, overrides in
+                 (config["per_layer_config"] or {}).items()}
+    sliding = sorted(i for i in per_layer if layer_types[i] != GLOBAL and per_layer[i])
+    if sliding:
+        raise MappingError(f"per_layer_config overrides sliding layers {sliding}: only Gemma 4's "
+                           "global layers may differ from the others")
+    shapes = {json.dumps({k: per_layer.get(i, {}).get(k) for k in _GLOBAL_FIELDS},
+                         sort_keys=True)
+              for i, kind in enumerate(layer_types) if kind == GLOBAL}
+    if len(shapes) > 1:
+        raise MappingError(f"per_layer_config gives the global layers different shapes "
+                           f"({', '.join(sorted(shapes))}): not a Gemma 4 layout this stack runs")
+    unknown = {k for overrides in per_layer.values() for k in overrides} - set(_GLOBAL_FIELDS)
+    if unknown:
+        raise MappingError(f"per_layer_config sets {sorted(unknown)}, which this stack does not "
+                           f"read (it reads {', '.join(_GLOBAL_FIELDS)})")
+    return json.loads(shapes.pop()) if shapes else {}
 
 
 def strip_prefix(name):

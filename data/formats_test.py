@@ -186,6 +186,7 @@ class FormatsTest(absltest.TestCase):
         formats_of = {"alpaca.json": "alpaca", "alpaca.tsv": "alpaca", "alpaca.json.zst": "alpaca",
                       "joined.jsonl": "alpaca", "openai.jsonl": "messages",
                       "messages_as_text.csv": "messages", "spreadsheet.csv": "prompt_completion",
+                      "spreadsheet.csv.gz": "prompt_completion", "bom.json": "messages",
                       "json_looking.jsonl": "prompt_completion"}
         for name, (path, rows) in shaped.items():
             if name == "latin1.jsonl":

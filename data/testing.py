@@ -211,6 +211,12 @@ def write_shaped_data(directory):
     with pa.output_stream(path, compression="zstd") as f:
         f.write(json.dumps(ALPACA).encode())
     out["alpaca.json.zst"] = (path, len(ALPACA))
+    path = os.path.join(directory, "spreadsheet.csv.gz")
+    with open(path, "wb") as f:
+        f.write(gzip.compress(("\ufeff" + spreadsheet.getvalue()).encode()))
+    out["spreadsheet.csv.gz"] = (path, len(JSON_LOOKING) + 1)
+    put("crlf.jsonl", lines(SHAREGPT).replace("\n", "\r\n"), len(SHAREGPT))
+    put("bom.json", "\ufeff" + json.dumps(OPENAI), len(OPENAI))
     # Two files joined with cat, the second with its own byte-order mark.
     put("joined.jsonl", lines(ALPACA[:1]) + "\ufeff" + lines(ALPACA[1:]), len(ALPACA))
     put("latin1.jsonl", json.dumps({"prompt": "Caf\u00e9 means?", "completion": "Coffee."},

@@ -25,8 +25,9 @@ def default_config():
     """The data fields of the training config (training/common/hparams.py adds them)."""
     c = config_dict.ConfigDict()
     # "sample", a file (.jsonl, .json, .parquet, .csv, .tsv; the text types also
-    # .gz, .bz2, .xz or .zst) or a folder written by datasets, local or gs://; a file of a Hub data set as
-    # hf://datasets/OWNER/NAME/FILE; or a Hub data set id read by datasets.
+    # .gz, .bz2, .xz or .zst) or a folder written by datasets, local or gs://;
+    # a file of a Hub data set as hf://datasets/OWNER/NAME/FILE; or a Hub data
+    # set id read by datasets.
     c.source = "hf://datasets/zhuyaoyu/CodeV-R1-dataset/codev_r1_sft.jsonl"
     # messages, prompt_completion, alpaca, sharegpt or codev (data/formats.py);
     # auto: from the columns.

@@ -19,8 +19,9 @@ A source is one of:
 A row that cannot be parsed never stops a run: it becomes a `Skip` with its
 1-based row number and a reason, and is counted. A source that cannot be read
 at all is one `DataError`; so is text that is not in the encoding (UTF-8 unless
-`data.encoding` names another), with the row where it was met. `max_rows` reads the first N rows; the rows it leaves
-out are counted (`Records.not_read`), never dropped silently.
+`data.encoding` names another), with the row where it was met. `max_rows` reads
+the first N rows; the rows it leaves out are counted (`Records.not_read`), never
+dropped silently.
 """
 
 import bz2

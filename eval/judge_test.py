@@ -165,7 +165,8 @@ class AnalyzeLogTest(absltest.TestCase):
                      "  TopModule top_module1 (.a(a));\n  TopModule #(.W(8)) wide [1:0] (.a(a));\n"
                      "endmodule\n")
         self.assertEqual(judge.isolation_harness(testbench, "h"),
-                         "module h;\n  TopModule top_module1 ();\n  TopModule wide ();\nendmodule\n")
+                         "module h;\n  TopModule top_module1 ();\n"
+                         "  TopModule wide ();\nendmodule\n")
         with open(os.path.join(testing.dataset_dir(), "Prob001_zero_test.sv")) as f:
             self.assertIn("TopModule top_module1 ();", judge.isolation_harness(f.read(), "h"))
 

@@ -183,8 +183,8 @@ class ParityTest(absltest.TestCase):
                                        [r["eval_loss"] for r in records], rtol=1e-6)
 
     def test_alpaca_and_sharegpt_train_alike_on_both_stacks(self):
-        # Alpaca rows to train on (9, 4 epochs, padded: one step of 8 runs), ShareGPT rows to validate
-        # on: both formats go through both stacks in one short run each.
+        # Alpaca rows to train on (9, 4 epochs, padded: one step of 8 runs), ShareGPT
+        # rows to validate on: both formats go through both stacks in one short run each.
         alpaca = data_testing.write_jsonl(self.tmp, data_testing.ALPACA * 3, name="alpaca.jsonl")
         sharegpt = data_testing.write_jsonl(self.tmp, data_testing.SHAREGPT * 2,
                                             name="sharegpt.jsonl")

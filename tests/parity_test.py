@@ -9,7 +9,9 @@ Step-1 losses agree within 1e-4 relative and all of the first 5 within 1e-3;
 the validation losses (`eval_loss`, on 4 held-out rows) within 1e-4 after step
 2 and 2e-3 after steps 4 and 5; the losses per step are printed for the record. Both stacks run
 twice: rows padded (one example each, the reference recipe), and packed
-(several examples per row, attention and loss kept within each).
+(several examples per row, attention and loss kept within each). A third,
+one-step run of each trains on Alpaca rows and validates on ShareGPT rows: the
+same tokens, trained tokens and losses (1e-4) on both stacks.
 """
 
 import json

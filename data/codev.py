@@ -41,7 +41,8 @@ def to_row(number, fields):
     fields = {"system": "", **{k: v for k, v in fields.items() if v is not None}}
     for field in FIELDS:
         if field not in fields:
-            raise sources.SkipRow(sources.MISSING_FIELD, f"expected a `{field}` value, found none")
+            raise sources.SkipRow(sources.MISSING_FIELD,
+                                  f"expected a value for `{field}`, found none")
         if not isinstance(fields[field], str):
             raise sources.SkipRow(sources.NOT_A_STRING, f"{field}: expected text, found "
                                   f"{type(fields[field]).__name__} {fields[field]!r:.40}")

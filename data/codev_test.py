@@ -31,7 +31,7 @@ class ReadRowsTest(absltest.TestCase):
         skips = {i.number: (i.reason, i.detail) for i in items if isinstance(i, sources.Skip)}
         self.assertEqual(skips[2][0], sources.INVALID_JSON)
         self.assertEqual(skips[3], (sources.MISSING_FIELD,
-                                    "expected a `response` value, found none"))
+                                    "expected a value for `response`, found none"))
         self.assertEqual(skips[4], (sources.NOT_A_STRING, "prompt: expected text, found int 7"))
         self.assertEqual(skips[5], (sources.EMPTY, "response: expected text, found an empty text"))
         self.assertEqual(skips[6][0], sources.INVALID_JSON)

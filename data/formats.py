@@ -146,7 +146,7 @@ def _text_field(fields, field, required=True):
     if value is None:
         if required:
             raise sources.SkipRow(sources.MISSING_FIELD,
-                                  f"expected a `{field}` value, found none")
+                                  f"expected a value for `{field}`, found none")
         return ""
     if not isinstance(value, str):
         raise sources.SkipRow(sources.NOT_A_STRING,
@@ -218,7 +218,7 @@ def _tool_calls(calls, where):
 def _message_list(value, field):
     """The checked messages of a column that holds a list of them."""
     if value is None:
-        raise sources.SkipRow(sources.MISSING_FIELD, f"expected a `{field}` value, found none")
+        raise sources.SkipRow(sources.MISSING_FIELD, f"expected a value for `{field}`, found none")
     if not isinstance(value, list) or not value:
         raise sources.SkipRow(sources.BAD_MESSAGES,
                               f"{field}: expected a list of messages, found {_found(value)}")

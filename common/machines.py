@@ -6,8 +6,16 @@ report's costs. Configs name a machine (`config.machine = "tpu-v5p-8"`); code
 looks it up with `get`.
 
 Figures are per chip (a TPU chip or one GPU); `chips` is how many the machine
-has. Prices are Google Cloud on-demand list prices per hour for the whole
-machine, as the reference study used them (training/common/recipe.md).
+has, `hosts` how many VMs a run starts one process on. Prices are per hour for
+the whole machine, on demand: the reference study's (training/common/recipe.md)
+where it states one, else the same price per chip for the other sizes of that
+generation (Google prices TPU slices and A3 VMs per chip); None where no price
+is recorded here (v5e; spot prices are not recorded).
+
+Chip figures and topologies: Google's Cloud TPU pages for v5e and v6e (peak
+bf16 per chip, HBM per chip, the supported 2D slice shapes with their chips and
+hosts) and the v5p spec sheet, as the search index held them on 2026-12-06. HBM
+is the sheets' decimal GB in GiB (32 GB -> 29.80), as the planner's limit.
 """
 
 import dataclasses
@@ -29,6 +37,7 @@ class Machine:
     # The TPU topology XLA compiles for ahead of time (training/tpu/aot.py);
     # empty for machines that are not TPU slices.
     topology: str = ""
+    hosts: int = 1
 
     @property
     def platform(self):
@@ -46,6 +55,36 @@ class Machine:
 
 _V5P = dict(hbm_gib_per_chip=95.74, peak_bf16_tflops_per_chip=459.0)
 _H100 = dict(hbm_gib_per_chip=74.51, peak_bf16_tflops_per_chip=989.0)
+# Google's v5e and v6e pages: 197 and 918 bf16 TFLOP/s, 16 and 32 GB of HBM per chip;
+# slices 1x1, 2x2, 2x4 on one host (v6e-8 the study's machine), 4x4 on 2, 4x8 on 4.
+_V5E = dict(hbm_gib_per_chip=14.90, peak_bf16_tflops_per_chip=197.0)
+_V6E = dict(hbm_gib_per_chip=29.80, peak_bf16_tflops_per_chip=918.0)
+_SLICES_2D = ((1, "1x1", 1), (4, "2x2", 1), (8, "2x4", 1), (16, "4x4", 2), (32, "4x8", 4))
+V6E_PER_CHIP = 21.52 / 8  # the study's v6e-8, per chip-hour
+H100_PER_GPU = 22.12 / 2  # the study's a3-highgpu-2g, per GPU-hour
+_PAGES = "Google's Cloud TPU {} page (a stored copy, read 2026-12-06)"
+
+
+def _tpu_slices():
+    for chips, shape, hosts in _SLICES_2D:
+        yield Machine(f"tpu-v5litepod-{chips}", chips=chips, **_V5E, dollars_per_hour=None,
+                      source=_PAGES.format("v5e") + ": 197 bf16 TFLOP/s, 16 GB HBM per chip; "
+                      "no price recorded", topology=f"v5e:{shape}", hosts=hosts)
+    for chips, shape, hosts in _SLICES_2D:
+        yield Machine(f"tpu-v6e-{chips}", chips=chips, **_V6E,
+                      dollars_per_hour=chips * V6E_PER_CHIP,
+                      source=_PAGES.format("v6e") + ": 918 bf16 TFLOP/s, 32 GB HBM per chip; "
+                      "$2.69 per chip-hour, the reference study's v6e-8 price ($21.52/h)",
+                      topology=f"v6e:{shape}", hosts=hosts)
+
+
+def _h100(gpus):
+    return Machine(f"gpu-h100x{gpus}", chips=gpus, **_H100,
+                   dollars_per_hour=gpus * H100_PER_GPU,
+                   source=f"a3-highgpu-{gpus}g: H100 80GB, 989 dense bf16 TFLOP/s per GPU; "
+                          "$11.06 per GPU-hour, the reference study's a3-highgpu-2g price "
+                          "($22.12/h)")
+
 
 MACHINES = {m.name: m for m in (
     Machine("cpu", chips=1, hbm_gib_per_chip=0.0, peak_bf16_tflops_per_chip=0.0,
@@ -54,14 +93,12 @@ MACHINES = {m.name: m for m in (
             source="v5p spec sheet: 95 GiB (102.8 GB) HBM, 459 bf16 TFLOP/s per chip; "
                    "$16.80/h as in the reference study", topology="v5p:2x2x1"),
     Machine("tpu-v5p-16", chips=8, **_V5P, dollars_per_hour=2 * 16.80,
-            source="two v5p-8 hosts: twice the v5p-8 price", topology="v5p:2x2x2"),
-    Machine("tpu-v6e-8", chips=8, hbm_gib_per_chip=29.80, peak_bf16_tflops_per_chip=918.0,
-            dollars_per_hour=21.52,
-            source="v6e spec sheet: 32 GB HBM, 918 bf16 TFLOP/s per chip; $21.52/h as in "
-                   "the reference study", topology="v6e:2x4"),
-    Machine("gpu-h100x2", chips=2, **_H100, dollars_per_hour=22.12,
-            source="a3-highgpu-2g: H100 80GB, 989 dense bf16 TFLOP/s per GPU; $22.12/h as "
-                   "in the reference study"),
+            source="two v5p-8 hosts: twice the v5p-8 price", topology="v5p:2x2x2", hosts=2),
+    Machine("tpu-v5p-32", chips=16, **_V5P, dollars_per_hour=4 * 16.80,
+            source="four v5p-8 hosts: four times the v5p-8 price", topology="v5p:2x2x4",
+            hosts=4),
+    *_tpu_slices(),
+    *(_h100(gpus) for gpus in (1, 2, 4, 8)),
     Machine("gpu-h200", chips=1, hbm_gib_per_chip=131.3, peak_bf16_tflops_per_chip=989.0,
             dollars_per_hour=None,
             source="H200 141 GB, same dense bf16 peak as H100 (the device machine of "

@@ -21,9 +21,47 @@ class MachinesTest(absltest.TestCase):
             self.assertTrue(machine.source, machine.name)
 
     def test_platform_of_every_machine(self):
-        self.assertEqual({name: m.platform for name, m in machines.MACHINES.items()}, {
-            "cpu": "cpu", "tpu-v5p-8": "tpu", "tpu-v5p-16": "tpu", "tpu-v6e-8": "tpu",
-            "gpu-h100x2": "gpu", "gpu-h200": "gpu"})
+        self.assertEqual({m.platform for m in machines.MACHINES.values()},
+                         {"cpu", "tpu", "gpu"})
+        for name, machine in machines.MACHINES.items():
+            self.assertEqual(machine.platform, name.split("-")[0], name)
+
+    def test_the_slices_people_rent(self):
+        for name, (chips, hosts, topology) in {
+                "tpu-v5litepod-1": (1, 1, "v5e:1x1"), "tpu-v5litepod-8": (8, 1, "v5e:2x4"),
+                "tpu-v5litepod-16": (16, 2, "v5e:4x4"), "tpu-v5litepod-32": (32, 4, "v5e:4x8"),
+                "tpu-v6e-1": (1, 1, "v6e:1x1"), "tpu-v6e-8": (8, 1, "v6e:2x4"),
+                "tpu-v6e-32": (32, 4, "v6e:4x8"), "tpu-v5p-32": (16, 4, "v5p:2x2x4")}.items():
+            machine = machines.get(name)
+            self.assertEqual((machine.chips, machine.hosts, machine.topology),
+                             (chips, hosts, topology), name)
+        self.assertEqual(machines.get("tpu-v5litepod-16").peak_flops_per_chip, 197e12)
+        self.assertEqual(machines.get("tpu-v6e-1").peak_flops_per_chip, 918e12)
+        self.assertAlmostEqual(machines.get("gpu-h100x8").dollars_per_hour, 88.48)
+        self.assertIsNone(machines.get("tpu-v5litepod-8").dollars_per_hour)
+
+    def test_invariants(self):
+        per_chip = {}
+        for name, machine in machines.MACHINES.items():
+            with self.subTest(name):
+                self.assertGreaterEqual(machine.hosts, 1)
+                self.assertEqual(machine.chips % machine.hosts, 0)
+                if machine.platform == "tpu":
+                    # The topology holds exactly the machine's chips.
+                    generation, shape = machine.topology.split(":")
+                    self.assertEqual(name.split("-")[1].replace("litepod", "e"), generation)
+                    product = 1
+                    for side in shape.split("x"):
+                        product *= int(side)
+                    self.assertEqual(product, machine.chips)
+                if machine.dollars_per_hour is not None and machine.chips:
+                    family = name.rsplit("-", 1)[0] if machine.platform == "tpu" else "h100" \
+                        if "h100" in name else name
+                    per_chip.setdefault(family, set()).add(
+                        round(machine.dollars_per_hour / machine.chips, 6))
+        # Google prices TPU slices and A3 VMs per chip: one price per generation.
+        for family, prices in per_chip.items():
+            self.assertLen(prices, 1, family)
 
     def test_a_config_for_an_accelerator_the_process_lacks_is_refused(self):
         v5p8 = machines.get("tpu-v5p-8")

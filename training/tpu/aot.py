@@ -93,9 +93,14 @@ def use_libtpu():
 
 
 def topology_devices(topology):
+    """Compile-only devices of `topology` ("v6e:2x4"). libtpu assumes hosts of
+    2x2x1 chips at least; a one-chip slice (v5e:1x1, v6e:1x1) is a host of one."""
     from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
+    one_chip = all(side == "1" for side in topology.split(":")[-1].split("x"))
+    bounds = {"chips_per_host_bounds": (1, 1, 1)} if one_chip else {}
     try:
-        return topologies.get_topology_desc(platform="tpu", topology_name=topology).devices
+        return topologies.get_topology_desc(platform="tpu", topology_name=topology,
+                                            **bounds).devices
     except Exception as e:  # libtpu's errors are RuntimeErrors with long C++ traces
         raise AotError(f"libtpu cannot describe topology {topology!r}: "
                        f"{str(e).splitlines()[0]}") from e

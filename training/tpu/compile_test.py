@@ -204,6 +204,12 @@ class CompileTest(absltest.TestCase):
                                delta=0.02)
         self.assertGreater(again / unrolled["xla_flops"], 0.03)
 
+    def test_every_tpu_machine_has_a_topology_libtpu_compiles_for(self):
+        for machine in machines.MACHINES.values():
+            if machine.platform == "tpu":
+                with self.subTest(machine.name):
+                    self.assertLen(aot.topology_devices(machine.topology), machine.chips)
+
     def test_tp8_is_refused_before_any_compile(self):
         config = v5p8_with(**{"mesh.fsdp": 1, "mesh.tp": 8})
         with mock.patch.object(aot, "lower_step", side_effect=AssertionError("compiled")):

@@ -18,9 +18,10 @@ one (a rename with `data.columns` comes first):
     `input`, `system` and `history` are optional. The user turn is the
     instruction, then a newline and the input when there is one, and `history`
     holds earlier [instruction, response] pairs whose responses are trained
-    too: LLaMA-Factory's convention (hiyouga/LLaMA-Factory, data/README.md:
-    the human instruction is `instruction\ninput`; in supervised fine-tuning
-    the history's answers are learned as well).
+    too: LLaMA-Factory's convention (the dataset guide in the `data` folder of
+    hiyouga/LLaMA-Factory on GitHub: the human instruction is
+    `instruction\ninput`; in supervised fine-tuning the history's answers are
+    learned as well).
   * `sharegpt` (ShareGPT, as LLaMA-Factory and Axolotl read it):
         {"conversations": [{"from": "human", "value": "Add 2 and 3."},
                            {"from": "gpt", "value": "5"}], "system": "Be brief."}

@@ -29,6 +29,12 @@ CASES = {
     "training_tpu_sft_v5p16_here": ("//training/tpu:sft", ["--config=v5p16.py"],
                                     "the config's machine tpu-v5p-16 needs 8 TPU chips; this "
                                     "process sees 1 CPU."),
+    "training_tpu_sft_v6e8_here": ("//training/tpu:sft", ["--config=v6e8.py"],
+                                   "the config's machine tpu-v6e-8 needs 8 TPU chips; this "
+                                   "process sees 1 CPU."),
+    "training_tpu_sft_v5e16_here": ("//training/tpu:sft", ["--config=v5e16.py"],
+                                    "the config's machine tpu-v5litepod-16 needs 16 TPU chips; "
+                                    "this process sees 1 CPU."),
     "training_tpu_compile": ("//training/tpu:compile", ["--base_config=" + MISSING,
                                                       "--workdir={tmp}/c"],
                              "is neither a config.json, a directory, nor a Hub id"),

@@ -128,16 +128,20 @@ def _found(value):
     return f"a {type(value).__name__}"
 
 
+def _from_json(text, where, expected):
+    """The value JSON `text` encodes; a `bad_messages` skip if it is not JSON."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as e:
+        raise sources.SkipRow(sources.BAD_MESSAGES, f"{where}: expected {expected}, found "
+                              f"text that is not JSON ({e})") from e
+
+
 def _structure(value, field):
     """A list or dict of a STRUCTURED column, stored as JSON text in CSV cells and
     some exports -> the value."""
     if isinstance(value, str) and value.strip():
-        try:
-            return json.loads(value)
-        except json.JSONDecodeError as e:
-            raise sources.SkipRow(sources.BAD_MESSAGES,
-                                  f"{field}: expected a list as JSON text, found text that "
-                                  f"is not JSON ({e})") from e
+        return _from_json(value, field, "a list as JSON text")
     return value
 
 
@@ -206,12 +210,7 @@ def _tool_calls(calls, where):
     for call in calls:
         arguments = call["function"].get("arguments")
         if isinstance(arguments, str):
-            try:
-                arguments = json.loads(arguments)
-            except json.JSONDecodeError as e:
-                raise sources.SkipRow(sources.BAD_MESSAGES,
-                                      f"{where} tool call arguments: expected JSON, found "
-                                      f"{_found(arguments)} ({e})") from e
+            arguments = _from_json(arguments, f"{where} tool call arguments", "JSON")
         out.append({**call, "function": {**call["function"], "arguments": arguments}})
     return out
 
@@ -251,14 +250,8 @@ def _sharegpt_message(turn, where, roles):
                               f"(more with data.roles), found {_found(name)}")
     if roles[name] != FUNCTION_CALL:
         return {"role": roles[name], "content": value}
-    calls = value
-    if isinstance(value, str):
-        try:
-            calls = json.loads(value)
-        except json.JSONDecodeError as e:
-            raise sources.SkipRow(sources.BAD_MESSAGES,
-                                  f"{where} ({name}): expected the call as JSON, found "
-                                  f"{_found(value)} ({e})") from e
+    calls = _from_json(value, f"{where} ({name})", "the call as JSON") \
+        if isinstance(value, str) else value
     calls = calls if isinstance(calls, list) else [calls]
     if not all(isinstance(c, dict) and isinstance(c.get("name"), str) for c in calls):
         raise sources.SkipRow(sources.BAD_MESSAGES,

@@ -172,12 +172,12 @@ def write_shaped_data(directory):
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     out = {}
 
-    def put(name, text, rows, encoding="utf-8"):
+    def put(name, text, rows, encoding="utf-8", compress=None):
+        data = text.encode(encoding)
         path = os.path.join(directory, name)
         with open(path, "wb") as f:
-            f.write(text.encode(encoding))
+            f.write(compress(data) if compress else data)
         out[name] = (path, rows)
-        return path
 
     def lines(rows):
         return "".join(json.dumps(r) + "\n" for r in rows)
@@ -191,7 +191,9 @@ def write_shaped_data(directory):
     writer = csv.DictWriter(spreadsheet, fieldnames=["prompt", "completion"])
     writer.writeheader()
     writer.writerows(JSON_LOOKING + [{"prompt": "Two lines?", "completion": "One\nTwo"}])
-    put("spreadsheet.csv", "\ufeff" + spreadsheet.getvalue(), len(JSON_LOOKING) + 1)
+    for suffix, compress in (("", None), (".gz", gzip.compress)):
+        put("spreadsheet.csv" + suffix, "\ufeff" + spreadsheet.getvalue(),
+            len(JSON_LOOKING) + 1, compress=compress)
     put("alpaca.tsv", "instruction\tinput\toutput\r\n" + "".join(
         f"{r['instruction']}\t{r['input']}\t{r['output']}\r\n" for r in ALPACA[:2]), 2)
     # A `messages` column as JSON text in a CSV cell is still read as messages.
@@ -200,21 +202,11 @@ def write_shaped_data(directory):
     writer.writeheader()
     writer.writerows([{"messages": json.dumps(c["messages"])} for c in CHATS[:2]])
     put("messages_as_text.csv", cells.getvalue(), 2)
-    text = lines(SHAREGPT)
     for suffix, compress in ((".gz", gzip.compress), (".bz2", bz2.compress),
                              (".xz", lzma.compress)):
-        path = os.path.join(directory, "sharegpt.jsonl" + suffix)
-        with open(path, "wb") as f:
-            f.write(compress(text.encode()))
-        out["sharegpt.jsonl" + suffix] = (path, len(SHAREGPT))
-    path = os.path.join(directory, "alpaca.json.zst")
-    with pa.output_stream(path, compression="zstd") as f:
-        f.write(json.dumps(ALPACA).encode())
-    out["alpaca.json.zst"] = (path, len(ALPACA))
-    path = os.path.join(directory, "spreadsheet.csv.gz")
-    with open(path, "wb") as f:
-        f.write(gzip.compress(("\ufeff" + spreadsheet.getvalue()).encode()))
-    out["spreadsheet.csv.gz"] = (path, len(JSON_LOOKING) + 1)
+        put("sharegpt.jsonl" + suffix, lines(SHAREGPT), len(SHAREGPT), compress=compress)
+    put("alpaca.json.zst", json.dumps(ALPACA), len(ALPACA),
+        compress=lambda data: pa.compress(data, codec="zstd", asbytes=True))
     put("crlf.jsonl", lines(SHAREGPT).replace("\n", "\r\n"), len(SHAREGPT))
     put("bom.json", "\ufeff" + json.dumps(OPENAI), len(OPENAI))
     # Two files joined with cat, the second with its own byte-order mark.

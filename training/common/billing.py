@@ -75,7 +75,7 @@ class RunRecord:
                         "start": process_start(), "resumed_from": 0,
                         "checkpoints": [], "evaluations": []}
         self._segments.append(self.segment)
-        self._beat()
+        self._update()  # this process's segment, from its start
         interval = heartbeat_s or (BUCKET_HEARTBEAT_S if storage.is_url(path)
                                    else LOCAL_HEARTBEAT_S)
         self._thread = threading.Thread(target=self._beat_every, args=(interval,),
@@ -85,23 +85,20 @@ class RunRecord:
     def _write(self):
         storage.write_json(self._path, {**self._info, "segments": self._segments})
 
-    def _beat(self):
-        with self._lock:
-            self.segment["heartbeat"] = [time.time(), self.step]
-            self._write()
-
     def _beat_every(self, interval):
         while not self._stop.wait(interval):
             try:
-                self._beat()
+                self._update()  # the heartbeat alone
             except Exception:  # pylint: disable=broad-except
                 pass  # a failed heartbeat is retried; the run must not stop for it
 
-    def _update(self, change):
+    def _update(self, change=None):
+        """Applies `change` to this segment, refreshes its heartbeat, writes run.json."""
         if not self._enabled:
             return
         with self._lock:
-            change(self.segment)
+            if change:
+                change(self.segment)
             self.segment["heartbeat"] = [time.time(), self.step]
             self._write()
 

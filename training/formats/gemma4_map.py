@@ -28,7 +28,6 @@ shared A under both names, and `lora_map.peft_to_qwix` needs them equal.
 """
 
 import dataclasses
-import json
 import re
 
 import numpy as np
@@ -143,17 +142,17 @@ def _global_overrides(config, layer_types):
     if sliding:
         raise MappingError(f"per_layer_config overrides sliding layers {sliding}: only Gemma 4's "
                            "global layers may differ from the others")
-    shapes = {json.dumps({k: per_layer.get(i, {}).get(k) for k in _GLOBAL_FIELDS},
-                         sort_keys=True)
+    shapes = {tuple(per_layer.get(i, {}).get(k) for k in _GLOBAL_FIELDS)
               for i, kind in enumerate(layer_types) if kind == GLOBAL}
     if len(shapes) > 1:
         raise MappingError(f"per_layer_config gives the global layers different shapes "
-                           f"({', '.join(sorted(shapes))}): not a Gemma 4 layout this stack runs")
+                           f"({', '.join(_GLOBAL_FIELDS)}: {sorted(shapes, key=str)}): not a "
+                           "Gemma 4 layout this stack runs")
     unknown = {k for overrides in per_layer.values() for k in overrides} - set(_GLOBAL_FIELDS)
     if unknown:
         raise MappingError(f"per_layer_config sets {sorted(unknown)}, which this stack does not "
                            f"read (it reads {', '.join(_GLOBAL_FIELDS)})")
-    return json.loads(shapes.pop()) if shapes else {}
+    return dict(zip(_GLOBAL_FIELDS, shapes.pop())) if shapes else {}
 
 
 def strip_prefix(name):

@@ -13,7 +13,7 @@ from absl.testing import absltest
 from common import binaries
 from common import gcs_emulator
 from common import storage
-from training.common import billing
+from training.common import billing_testing
 from training.common import wandb_offline
 
 STEPS = 4
@@ -38,10 +38,6 @@ def sft(workdir, *extra, wait=True):
 def metrics(workdir):
     text = storage.read_text(storage.join(workdir, "metrics.jsonl"))
     return [json.loads(line) for line in text.splitlines()]
-
-
-def segments(workdir):
-    return storage.read_json(storage.join(workdir, "run.json"))["segments"]
 
 
 class GpuTrainerTest(absltest.TestCase):
@@ -73,19 +69,7 @@ class GpuTrainerTest(absltest.TestCase):
             self.assertTrue(os.path.exists(os.path.join(self.reference, name)), name)
 
     def test_metrics_carry_the_run_totals_and_run_json_its_segment(self):
-        steps = metrics(self.reference)
-        for i, record in enumerate(steps):
-            for name in ("tokens", "trained_tokens"):
-                self.assertEqual(record[f"total_{name}"], sum(r[name] for r in steps[:i + 1]))
-            self.assertAlmostEqual(record["total_step_time_s"],
-                                   sum(r["step_time_s"] for r in steps[:i + 1]))
-        segment = segments(self.reference)[0]  # later tests run refused processes here
-        self.assertEqual(segment["end"][1:], [STEPS, billing.FINISHED])
-        self.assertEqual([c[1] for c in segment["checkpoints"]], [2, 4])
-        self.assertEqual(segment["first_step"][1], 1)
-        bill = billing.summarize([segment])
-        self.assertLess(steps[-1]["total_step_time_s"], bill["billed_s"])
-        self.assertEqual((bill["lost_steps"], bill["lost_s"]), (0, 0.0))
+        billing_testing.assert_one_finished_run(self, self.reference, STEPS, [2, 4])
 
     def test_wandb_offline_run_holds_the_metrics(self):
         wandb_offline.assert_holds_metrics(self, self.reference, STEPS)
@@ -137,20 +121,8 @@ class GpuTrainerTest(absltest.TestCase):
         self.assertEqual(sorted(adapters[0]), sorted(adapters[1]))
         for name, value in adapters[0].items():
             np.testing.assert_array_equal(value, adapters[1][name], err_msg=name)
-        # Billed: both processes' lives, the killed one to its last heartbeat; the
-        # steps it made after checkpoint 2 are lost work.
-        killed, resumed = segments(workdir)
-        self.assertNotIn("end", killed)
-        self.assertEqual(killed["checkpoints"][-1][1], 2)
-        self.assertEqual((resumed["resumed_from"], resumed["end"][1:]),
-                         (2, [STEPS, billing.FINISHED]))
-        bill = billing.summarize([killed, resumed])
-        self.assertEqual(bill["lost_steps"], killed["heartbeat"][1] - 2)
-        wall = killed_s + resumed_s
-        print(f"billed {bill['billed_s']:.1f} s of {wall:.1f} s wall "
-              f"({bill['billed_s'] / wall:.3f}); lost {bill['lost_steps']} steps")
-        self.assertLessEqual(bill["billed_s"], wall + 0.1)
-        self.assertGreater(bill["billed_s"], wall - 15)
+        billing_testing.assert_killed_then_resumed(self, workdir, 2, STEPS,
+                                                   killed_s + resumed_s)
         # A broken line before the last: the TPU stack's trainer_test runs that case
         # (the same MetricsWriter, training/common/run_dir.py).
 
@@ -170,16 +142,8 @@ class GpuTrainerTest(absltest.TestCase):
         saved = [d for d in os.listdir(os.path.join(workdir, "checkpoints"))
                  if d.startswith("checkpoint-")]
         self.assertLen(saved, 1)
-        # Logged every 2 steps, and at the checkpoint: the totals count every step.
-        stop = int(saved[0].split("-")[1])
-        logged = metrics(workdir)
-        self.assertEqual([r["step"] for r in logged],
-                         sorted({s for s in range(2, stop + 1, 2)} | {stop}))
-        every = metrics(self.reference)[:stop]
-        for name in ("tokens", "trained_tokens"):
-            self.assertEqual(logged[-1][f"total_{name}"], sum(r[name] for r in every))
-        [segment] = segments(workdir)
-        self.assertEqual(segment["end"][1:], [stop, billing.PREEMPTED])
+        billing_testing.assert_preempted_logging_every(
+            self, workdir, self.reference, int(saved[0].split("-")[1]), 2)
 
     def test_checkpoint_of_another_rank_is_refused(self):
         code, output = sft(self.reference, "--config.lora.rank=4")

@@ -12,7 +12,7 @@ from absl.testing import absltest
 from common import binaries
 from common import gcs_emulator
 from common import storage
-from training.common import billing
+from training.common import billing_testing
 from training.common import wandb_offline
 from training.formats import orbax_lora
 
@@ -41,24 +41,9 @@ def final_lora(workdir, step=STEPS):
                                                         lora)))
 
 
-def records(workdir):
-    return [json.loads(line)
-            for line in storage.read_text(storage.join(workdir, "metrics.jsonl")).splitlines()]
-
-
 def losses(workdir):
-    return [r["loss"] for r in records(workdir)]
-
-
-def segments(workdir):
-    return storage.read_json(storage.join(workdir, "run.json"))["segments"]
-
-
-def timed(process):
-    """(exit code, output, seconds from now until the process is gone)."""
-    started = time.time()
-    output, _ = process.communicate(timeout=900)
-    return process.returncode, output, time.time() - started
+    return [json.loads(line)["loss"]
+            for line in storage.read_text(storage.join(workdir, "metrics.jsonl")).splitlines()]
 
 
 def tear_metrics(workdir):
@@ -111,23 +96,8 @@ class TrainerTest(absltest.TestCase):
             self.assertIn(name, record)
 
     def test_metrics_carry_the_run_totals_and_run_json_its_segment(self):
-        steps = records(self.reference)
-        for i, record in enumerate(steps):
-            self.assertEqual(record["total_tokens"], sum(r["tokens"] for r in steps[:i + 1]))
-            self.assertEqual(record["total_trained_tokens"],
-                             sum(r["trained_tokens"] for r in steps[:i + 1]))
-            self.assertAlmostEqual(record["total_step_time_s"],
-                                   sum(r["step_time_s"] for r in steps[:i + 1]))
-        segment = segments(self.reference)[0]  # later tests run refused processes here
-        self.assertEqual(segment["end"][1:], [STEPS, billing.FINISHED])
         saved = sorted(int(d) for d in os.listdir(os.path.join(self.reference, "checkpoints")))
-        self.assertEqual([c[1] for c in segment["checkpoints"]], saved)
-        self.assertEqual(segment["first_step"][1], 1)
-        self.assertLess(segment["start"], segment["first_step"][0])
-        bill = billing.summarize([segment])
-        # The step time is inside the billed time, with start-up and the rest.
-        self.assertLess(steps[-1]["total_step_time_s"], bill["billed_s"])
-        self.assertEqual((bill["lost_steps"], bill["lost_s"]), (0, 0.0))
+        billing_testing.assert_one_finished_run(self, self.reference, STEPS, saved)
 
     def test_wandb_offline_run_holds_the_metrics(self):
         wandb_offline.assert_holds_metrics(self, self.reference, STEPS)
@@ -143,7 +113,9 @@ class TrainerTest(absltest.TestCase):
         process.wait()
         killed_s = time.time() - started
         tear_metrics(workdir)  # killed mid-line: the resume must cut it, not crash on it
-        code, output, resumed_s = timed(sft(workdir, "--config.heartbeat_s=0.5", wait=False))
+        started = time.time()
+        code, output = sft(workdir, "--config.heartbeat_s=0.5")
+        resumed_s = time.time() - started
         self.assertEqual(code, 0, output[-5000:])
         self.assertIn("resumed from checkpoint at step", output)
         self.assertIn("dropped a torn last line", output)
@@ -160,23 +132,8 @@ class TrainerTest(absltest.TestCase):
         for name in want:
             np.testing.assert_array_equal(got[name], want[name], err_msg=name)
         self.assertEqual(losses(workdir), losses(self.reference))
-        # Billed: both processes' lives, the killed one to its last heartbeat; the
-        # steps it made after checkpoint 2 are lost work.
-        killed, resumed = segments(workdir)
-        self.assertNotIn("end", killed)
-        self.assertEqual(killed["checkpoints"][-1][1], 2)
-        self.assertEqual((resumed["resumed_from"], resumed["end"][1:]),
-                         (2, [STEPS, billing.FINISHED]))
-        bill = billing.summarize([killed, resumed])
-        self.assertEqual(bill["lost_steps"], killed["heartbeat"][1] - 2)
-        wall = killed_s + resumed_s
-        print(f"billed {bill['billed_s']:.1f} s of {wall:.1f} s wall "
-              f"({bill['billed_s'] / wall:.3f}); lost {bill['lost_steps']} steps")
-        # Each process's life lies inside what the test waited for; the killed one
-        # ends at most a heartbeat (0.5 s) and the wait for its checkpoint before
-        # its kill, the other with the interpreter's exit.
-        self.assertLessEqual(bill["billed_s"], wall + 0.1)
-        self.assertGreater(bill["billed_s"], wall - 15)
+        billing_testing.assert_killed_then_resumed(self, workdir, 2, STEPS,
+                                                   killed_s + resumed_s)
         # Every part of the run is an object in the bucket; no local "gs:" folder.
         for name in ("config.json", "run.json", "metrics.jsonl", "base_model/config.json",
                      f"checkpoints/{STEPS}/commit_success.txt"):
@@ -210,15 +167,8 @@ class TrainerTest(absltest.TestCase):
         saved = [int(d) for d in os.listdir(os.path.join(workdir, "checkpoints")) if d.isdigit()]
         self.assertLen(saved, 1)
         self.assertLess(saved[0], STEPS)
-        # Logged every 2 steps, and at the checkpoint: the totals count every step.
-        logged = records(workdir)
-        self.assertEqual([r["step"] for r in logged],
-                         sorted({s for s in range(2, saved[0] + 1, 2)} | {saved[0]}))
-        every = records(self.reference)[:saved[0]]
-        for name in ("tokens", "trained_tokens"):
-            self.assertEqual(logged[-1][f"total_{name}"], sum(r[name] for r in every))
-        [segment] = segments(workdir)
-        self.assertEqual(segment["end"][1:], [saved[0], billing.PREEMPTED])
+        billing_testing.assert_preempted_logging_every(self, workdir, self.reference,
+                                                       saved[0], 2)
 
     def test_checkpoint_of_another_lora_rank_is_refused_before_loading(self):
         started = time.time()

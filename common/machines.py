@@ -7,15 +7,19 @@ looks it up with `get`.
 
 Figures are per chip (a TPU chip or one GPU); `chips` is how many the machine
 has, `hosts` how many VMs a run starts one process on. Prices are per hour for
-the whole machine, on demand: the reference study's (training/common/recipe.md)
+the whole machine: on demand, the reference study's (training/common/recipe.md)
 where it states one, else the same price per chip for the other sizes of that
-generation (Google prices TPU slices and A3 VMs per chip); None where no price
-is recorded here (v5e; spot prices are not recorded).
+generation (Google prices TPU slices and A3 VMs per chip); spot where a source
+gives one. None where no price is recorded: no stored copy of Google's TPU
+price list has v5e, v6e or v5p on it (the copies read are the v4-preview page),
+nor A3 Ultra (H200) or A4 (B200) prices. The report uses the on-demand price.
 
-Chip figures and topologies: Google's Cloud TPU pages for v5e and v6e (peak
-bf16 per chip, HBM per chip, the supported 2D slice shapes with their chips and
-hosts) and the v5p spec sheet, as the search index held them on 2026-12-06. HBM
-is the sheets' decimal GB in GiB (32 GB -> 29.80), as the planner's limit.
+Chip figures and topologies: Google's Cloud TPU pages for v5e, v6e and v5p
+(peak bf16, HBM and its bandwidth per chip, the supported 2D slice shapes with
+their chips and hosts); NVIDIA's datasheets for the GPUs (dense bf16, without
+sparsity), as the search index held them on 2026-12-06. HBM is the sheets'
+decimal GB in GiB (32 GB -> 29.80), as the planner's limit; bandwidth in
+decimal GB/s.
 """
 
 import dataclasses
@@ -38,6 +42,8 @@ class Machine:
     # empty for machines that are not TPU slices.
     topology: str = ""
     hosts: int = 1
+    hbm_gbps_per_chip: float = 0.0  # HBM bandwidth, GB/s; 0: not recorded
+    spot_dollars_per_hour: float | None = None  # whole machine; None: no price recorded
 
     @property
     def platform(self):
@@ -53,44 +59,55 @@ class Machine:
         return self.hbm_gib_per_chip * 2**30
 
 
-_V5P = dict(hbm_gib_per_chip=95.74, peak_bf16_tflops_per_chip=459.0)
-_H100 = dict(hbm_gib_per_chip=74.51, peak_bf16_tflops_per_chip=989.0)
-# Google's v5e and v6e pages: 197 and 918 bf16 TFLOP/s, 16 and 32 GB of HBM per chip;
-# slices 1x1, 2x2, 2x4 on one host (v6e-8 the study's machine), 4x4 on 2, 4x8 on 4.
-_V5E = dict(hbm_gib_per_chip=14.90, peak_bf16_tflops_per_chip=197.0)
-_V6E = dict(hbm_gib_per_chip=29.80, peak_bf16_tflops_per_chip=918.0)
+_V5P = dict(hbm_gib_per_chip=95.74, peak_bf16_tflops_per_chip=459.0, hbm_gbps_per_chip=2765.0)
+_H100 = dict(hbm_gib_per_chip=74.51, peak_bf16_tflops_per_chip=989.0, hbm_gbps_per_chip=3350.0)
+# Google's v5e and v6e pages: 197 and 918 bf16 TFLOP/s, 16 and 32 GB of HBM per chip at
+# 819 and 1638 GB/s; slices 1x1, 2x2, 2x4 on one host (v6e-8 the study's machine), 4x4
+# on 2, 4x8 on 4.
+_V5E = dict(hbm_gib_per_chip=14.90, peak_bf16_tflops_per_chip=197.0, hbm_gbps_per_chip=819.0)
+_V6E = dict(hbm_gib_per_chip=29.80, peak_bf16_tflops_per_chip=918.0, hbm_gbps_per_chip=1638.0)
 _SLICES_2D = ((1, "1x1", 1), (4, "2x2", 1), (8, "2x4", 1), (16, "4x4", 2), (32, "4x8", 4))
+_H200 = dict(hbm_gib_per_chip=131.3, peak_bf16_tflops_per_chip=989.0, hbm_gbps_per_chip=4800.0)
 V6E_PER_CHIP = 21.52 / 8  # the study's v6e-8, per chip-hour
 H100_PER_GPU = 22.12 / 2  # the study's a3-highgpu-2g, per GPU-hour
+# Spot, us-central1, per GPU-hour: Google's billing catalog as the open price file of
+# github.com/Cyclenerd/google-cloud-pricing-cost-calculator (pricing.yml, generated
+# 2026-07-30) gives it for a3-highgpu-8g ($50.61/h); its on-demand price there is the
+# study's, $11.06 per GPU-hour.
+H100_SPOT_PER_GPU = 50.61 / 8
 _PAGES = "Google's Cloud TPU {} page (a stored copy, read 2026-12-06)"
 
 
 def _tpu_slices():
     for chips, shape, hosts in _SLICES_2D:
         yield Machine(f"tpu-v5litepod-{chips}", chips=chips, **_V5E, dollars_per_hour=None,
-                      source=_PAGES.format("v5e") + ": 197 bf16 TFLOP/s, 16 GB HBM per chip; "
-                      "no price recorded", topology=f"v5e:{shape}", hosts=hosts)
+                      source=_PAGES.format("v5e") + ": 197 bf16 TFLOP/s, 16 GB HBM at 819 GB/s "
+                      "per chip; no price recorded", topology=f"v5e:{shape}", hosts=hosts)
     for chips, shape, hosts in _SLICES_2D:
         yield Machine(f"tpu-v6e-{chips}", chips=chips, **_V6E,
                       dollars_per_hour=chips * V6E_PER_CHIP,
-                      source=_PAGES.format("v6e") + ": 918 bf16 TFLOP/s, 32 GB HBM per chip; "
-                      "$2.69 per chip-hour, the reference study's v6e-8 price ($21.52/h)",
+                      source=_PAGES.format("v6e") + ": 918 bf16 TFLOP/s, 32 GB HBM at 1638 GB/s "
+                      "per chip; $2.69 per chip-hour, the reference study's v6e-8 price "
+                      "($21.52/h); Google's Trillium launch listed $2.70 (evaluation), "
+                      "$1.89 (1 year) and $1.22 (3 years) per chip-hour",
                       topology=f"v6e:{shape}", hosts=hosts)
 
 
 def _h100(gpus):
     return Machine(f"gpu-h100x{gpus}", chips=gpus, **_H100,
                    dollars_per_hour=gpus * H100_PER_GPU,
-                   source=f"a3-highgpu-{gpus}g: H100 80GB, 989 dense bf16 TFLOP/s per GPU; "
-                          "$11.06 per GPU-hour, the reference study's a3-highgpu-2g price "
-                          "($22.12/h)")
+                   spot_dollars_per_hour=gpus * H100_SPOT_PER_GPU,
+                   source=f"a3-highgpu-{gpus}g: H100 80GB (3.35 TB/s), 989 dense bf16 TFLOP/s "
+                          "per GPU (NVIDIA H100 datasheet); $11.06 per GPU-hour, the reference "
+                          "study's a3-highgpu-2g price ($22.12/h); spot $6.33 per GPU-hour "
+                          "(Google's billing catalog, us-central1, 2026-07-30)")
 
 
 MACHINES = {m.name: m for m in (
     Machine("cpu", chips=1, hbm_gib_per_chip=0.0, peak_bf16_tflops_per_chip=0.0,
             dollars_per_hour=0.0, source="a laptop or CI machine: nothing to plan or price"),
     Machine("tpu-v5p-8", chips=4, **_V5P, dollars_per_hour=16.80,
-            source="v5p spec sheet: 95 GiB (102.8 GB) HBM, 459 bf16 TFLOP/s per chip; "
+            source="Google's v5p page: 95 GB HBM at 2765 GB/s, 459 bf16 TFLOP/s per chip; "
                    "$16.80/h as in the reference study", topology="v5p:2x2x1"),
     Machine("tpu-v5p-16", chips=8, **_V5P, dollars_per_hour=2 * 16.80,
             source="two v5p-8 hosts: twice the v5p-8 price", topology="v5p:2x2x2", hosts=2),
@@ -99,10 +116,16 @@ MACHINES = {m.name: m for m in (
             hosts=4),
     *_tpu_slices(),
     *(_h100(gpus) for gpus in (1, 2, 4, 8)),
-    Machine("gpu-h200", chips=1, hbm_gib_per_chip=131.3, peak_bf16_tflops_per_chip=989.0,
-            dollars_per_hour=None,
-            source="H200 141 GB, same dense bf16 peak as H100 (the device machine of "
-                   "benchmark sessions); no on-demand price recorded"),
+    Machine("gpu-h200", chips=1, **_H200, dollars_per_hour=None,
+            source="one H200 141 GB (4.8 TB/s), the same dense bf16 peak as H100 (the device "
+                   "machine of benchmark sessions); no price recorded"),
+    Machine("gpu-h200x8", chips=8, **_H200, dollars_per_hour=None,
+            source="a3-ultragpu-8g: 8 x H200 141 GB (4.8 TB/s), 989 dense bf16 TFLOP/s per "
+                   "GPU (NVIDIA H200 datasheet: 1,979 is with sparsity); no price recorded"),
+    Machine("gpu-b200x8", chips=8, hbm_gib_per_chip=167.64, peak_bf16_tflops_per_chip=2250.0,
+            hbm_gbps_per_chip=8000.0, dollars_per_hour=None,
+            source="a4-highgpu-8g: 8 x B200 180 GB (8 TB/s), 2,250 dense bf16 TFLOP/s per GPU "
+                   "(NVIDIA DGX B200 datasheet); no price recorded"),
 )}
 
 

@@ -38,7 +38,14 @@ class MachinesTest(absltest.TestCase):
         self.assertEqual(machines.get("tpu-v5litepod-16").peak_flops_per_chip, 197e12)
         self.assertEqual(machines.get("tpu-v6e-1").peak_flops_per_chip, 918e12)
         self.assertAlmostEqual(machines.get("gpu-h100x8").dollars_per_hour, 88.48)
+        self.assertAlmostEqual(machines.get("gpu-h100x8").spot_dollars_per_hour, 50.61)
+        self.assertAlmostEqual(machines.get("gpu-h100x2").spot_dollars_per_hour, 12.6525)
         self.assertIsNone(machines.get("tpu-v5litepod-8").dollars_per_hour)
+        self.assertIsNone(machines.get("tpu-v6e-8").spot_dollars_per_hour)
+        self.assertEqual([machines.get(n).hbm_gbps_per_chip for n in (
+            "tpu-v5litepod-1", "tpu-v6e-8", "tpu-v5p-8", "gpu-h100x2", "gpu-h200x8",
+            "gpu-b200x8")], [819.0, 1638.0, 2765.0, 3350.0, 4800.0, 8000.0])
+        self.assertEqual(machines.get("gpu-b200x8").peak_flops_per_chip, 2250e12)
 
     def test_invariants(self):
         per_chip = {}
@@ -54,6 +61,10 @@ class MachinesTest(absltest.TestCase):
                     for side in shape.split("x"):
                         product *= int(side)
                     self.assertEqual(product, machine.chips)
+                # Every accelerator's memory bandwidth is recorded (the planner's roofline).
+                self.assertEqual(machine.hbm_gbps_per_chip > 0, machine.platform != "cpu")
+                if machine.spot_dollars_per_hour is not None:
+                    self.assertLess(machine.spot_dollars_per_hour, machine.dollars_per_hour)
                 if machine.dollars_per_hour is not None and machine.chips:
                     family = name.rsplit("-", 1)[0] if machine.platform == "tpu" else "h100" \
                         if "h100" in name else name

@@ -111,6 +111,19 @@ class ExportTest(parameterized.TestCase):
         self.assertAlmostEqual(effect, wrong["hf_peft vs hf_merged"], delta=0.05 * effect)
         self.assertLess(max(bf16.values()), verify.TOLERANCES["bfloat16"])
         self.assertGreater(wrong["tunix_lora vs hf_merged"], 2 * verify.TOLERANCES["bfloat16"])
+        # Weight by weight: the merged export is W + (alpha / r) B A (a float32 base: nothing
+        # rounded away); the base in its place misses by the adapter's change.
+        peft = load_file(os.path.join(written["adapter"], "adapter_model.safetensors"))
+        excess, rounded_away, tensors = merge.check(base, peft, config.lora.alpha,
+                                                    written["merged"])
+        self.assertLessEqual(excess, merge.MERGED_EXCESS)
+        self.assertLess(rounded_away, 1e-3)
+        self.assertGreater(tensors, 0)
+        self.assertIs(verify.held_pairs(bf16, rounded_away), bf16)
+        self.assertGreater(merge.check(base, peft, config.lora.alpha, base)[0],
+                           10 * merge.MERGED_EXCESS)
+        # Where the merged dtype rounds much of the change away, its logits are not held.
+        self.assertEqual(sorted(verify.held_pairs(bf16, 0.5)), ["tunix_lora vs hf_peft"])
         # What each model needs, said before loading; a host too small is refused.
         plan = verify.memory_plan(base, "bfloat16", (2, 4), host_available=1 << 40)
         text = sum(int(np.prod(t.shape)) for name, t in _all_tensors(base).items()

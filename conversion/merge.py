@@ -22,6 +22,8 @@ import json
 import os
 import shutil
 
+import ml_dtypes
+import numpy as np
 import torch
 
 from common import cli
@@ -35,6 +37,10 @@ TILE_ROWS, TILE_COLUMNS = 1024, 2048  # a float32 tile of 8 MiB stays in the las
 COMPUTE_THREADS = 8  # at most; each runs torch single-threaded
 READ_AHEAD = 1 << 26  # bytes of the base requested from the disk ahead of use
 _COPY_CHUNK = 1 << 24  # untouched bytes are copied (and handed to the disk) in these
+# `check`: the merged weights' largest error beyond their dtype's rounding, in units of
+# that dtype's resolution at the base weights' scale (rms). A wrong merge misses by the
+# adapter's change, a right one by float32's summation order alone.
+MERGED_EXCESS = 0.1
 
 
 class MergeError(cli.UserError):
@@ -283,3 +289,33 @@ def fingerprint(base_dir):
     with open(os.path.join(base_dir, "config.json"), "rb") as f:
         digest.update(f.read())
     return digest.hexdigest()
+
+
+def _ulp(values, dtype):
+    """The spacing of `dtype` at each of `values` (float32)."""
+    _, exponent = np.frexp(values)
+    return np.ldexp(np.float32(1.0), exponent - 1 - ml_dtypes.finfo(dtype).nmant)
+
+
+def check(base_dir, peft_factors, alpha, merged_dir):
+    """The merged export's weights against W + (alpha / r) B A recomputed here: (the
+    largest error beyond the stored dtype's rounding, in units of its resolution at the
+    weights' scale; rms of that rounding over rms of the adapter's change; tensors)."""
+    from safetensors import safe_open  # pylint: disable=import-outside-toplevel
+    base, merged = (base_model.safetensors_files(d) for d in (base_dir, merged_dir))
+    excess, rounding, change = 0.0, 0.0, 0.0
+    factors = lora_map.weight_factors(peft_factors)
+    for name, (a, b) in factors.items():
+        with safe_open(base[name], "np") as f:
+            weight = f.get_tensor(name).astype(np.float32)
+        with safe_open(merged[name], "np") as f:
+            stored = f.get_tensor(name)
+        delta = np.float32(alpha / a.shape[0]) * (b.astype(np.float32) @ a.astype(np.float32))
+        exact = weight + delta
+        rounded = exact.astype(stored.dtype).astype(np.float32)
+        scale = _ulp(np.sqrt(np.mean(weight ** 2), dtype=np.float32), stored.dtype)
+        beyond = np.abs(stored.astype(np.float32) - exact) - _ulp(np.abs(exact), stored.dtype)
+        excess = max(excess, float(beyond.max()) / float(scale))
+        rounding += float(np.sum((rounded - exact) ** 2))
+        change += float(np.sum(delta ** 2))
+    return max(excess, 0.0), (rounding / change) ** 0.5 if change else 0.0, len(factors)

@@ -111,6 +111,32 @@ class MergeTest(absltest.TestCase):
         self.assertEqual(written[:begin] + written[end:], original[:begin] + original[end:])
         self.assertNotEqual(written[begin:end], original[begin:end])
 
+    def test_check_passes_a_right_merge_and_names_a_wrong_one(self):
+        base = _base(os.path.join(self.directory, "base"), {"model-1.safetensors": {
+            "q.weight": _weights(0, 23, 40), "down.weight": _weights(3, 40, 37)}})
+        factors = {"q.weight": _factors(5, 23, 40), "down.weight": _factors(6, 40, 37)}
+        small = {name: (a, b * 1e-4) for name, (a, b) in factors.items()}
+
+        def merged(name, peft, alpha):
+            out = os.path.join(self.directory, name)
+            os.makedirs(out)
+            merge.merge(base, out, peft, alpha=alpha)
+            return out
+
+        excess, rounded_away, tensors = merge.check(base, _peft(factors), 8.0,
+                                                    merged("right", _peft(factors), 8.0))
+        self.assertEqual(tensors, 2)
+        self.assertLessEqual(excess, merge.MERGED_EXCESS)
+        self.assertLess(rounded_away, 0.01)  # a change far above bf16's resolution
+        excess, _, _ = merge.check(base, _peft(factors), 8.0,
+                                   merged("wrong", _peft(factors), 16.0))
+        self.assertGreater(excess, 10 * merge.MERGED_EXCESS)
+        # A change below bf16's resolution: merged right, but mostly rounded away.
+        excess, rounded_away, _ = merge.check(base, _peft(small), 8.0,
+                                              merged("small", _peft(small), 8.0))
+        self.assertLessEqual(excess, merge.MERGED_EXCESS)
+        self.assertGreater(rounded_away, 0.5)
+
     def test_bad_factors_name_the_tensor(self):
         base = _base(os.path.join(self.directory, "base"), {"model-1.safetensors": {
             "q.weight": _weights(0, 8, 16), "ids.weight": torch.zeros(8, 16, dtype=torch.int32)}})

@@ -2,6 +2,8 @@
 
 A source is one of:
   * `sample`: the small CodeV-R1 data set written for this project (data/sample/);
+  * `synthetic:N`: N generated CodeV-R1 rows with the real data set's length
+    profile (data/synthetic.py), for smoke tests and benchmarks;
   * a local file: JSON Lines (`.jsonl`), JSON (`.json`: an array of objects, or
     JSON Lines), Parquet (`.parquet`), CSV (`.csv`) or TSV (`.tsv`; in both
     every value is a string); the text files also compressed, as
@@ -37,8 +39,10 @@ import os
 from common import cli
 from common import config_cli
 from common import storage
+from data import synthetic
 
 SAMPLE = "sample"
+SYNTHETIC = "synthetic:"
 SAMPLE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sample",
                            "codev_r1_sample.jsonl")
 HUB_FILE = "hf://datasets/"
@@ -289,6 +293,14 @@ def _hub_file(url):
         raise DataError(f"cannot download {url}: {e}") from e
 
 
+def _synthetic(source):
+    count = source[len(SYNTHETIC):]
+    if not count.isdigit() or not int(count):
+        raise DataError(f"data source {source!r}: {SYNTHETIC}N takes a number of rows, "
+                        f"as in {SYNTHETIC}2000")
+    return (lambda: synthetic.rows(int(count)), lambda: int(count))
+
+
 def local_path(source):
     """The local file or folder of a file-like source (`sample`, a path, a gs:// URL),
     or None for a Hub data set id."""
@@ -313,6 +325,8 @@ _READERS = {".jsonl": _json_lines, ".json": _json, ".csv": _delimited(","),
 
 def read(source, *, subset="", split="train", max_rows=0, encoding="utf-8"):
     """The rows of `source` (see the module docstring) as a `Records`."""
+    if source.startswith(SYNTHETIC):
+        return Records(_synthetic(source), max_rows)
     path = local_path(source)
     if path is None:
         return Records(_hub_dataset(source, subset, split), max_rows)

@@ -4,8 +4,13 @@ CodeV-R1's examples, chat-rendered and tokenized, are lognormal in length:
 mean ~922 and p99 ~2553 tokens against the reference's 3072-token rows, with
 the answer (the trained part) ~15% of each. `examples` scales that profile to
 any sequence length, so padding wastes what it wastes on the real run and
-packing fills rows as it would.
+packing fills rows as it would. `rows` writes text with that profile instead:
+CodeV-R1-schema rows of the sample's words (the data source `synthetic:N`), for
+runs that need data and have none (a smoke test on a fresh TPU VM, benchmarks).
 """
+
+import json
+import os
 
 import numpy as np
 
@@ -16,6 +21,12 @@ REFERENCE_LENGTH = 3072
 # p99 = e^(mu + 2.326 s)).
 LOG_MU, LOG_SIGMA = 6.7067, 0.4895
 ANSWER_START = 0.85  # the share of each example before its answer
+# Tokens per word of the sample's text under the embedded tokenizer
+# (data/tokenizer.py), measured: 22,305 tokens for its 11,495 words. `rows` sizes
+# its rows in words by it; Gemma's own tokenizer gives other counts.
+TOKENS_PER_WORD = 1.94
+SAMPLE_WORDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sample",
+                            "codev_r1_sample.jsonl")
 
 
 def lengths(count, rng, scale=1.0):
@@ -34,3 +45,22 @@ def examples(count, seq_len, vocab, seed=0):
         mask[int(ANSWER_START * length):] = 1
         out.append(chat.Encoded(rng.integers(5, vocab, length).astype(np.int32), mask))
     return out
+
+
+def rows(count, seed=0, max_tokens=3000):
+    """`count` rows of the CodeV-R1 schema (system, prompt, response) whose
+    lengths follow the profile (`TOKENS_PER_WORD`), capped at `max_tokens`: the
+    sample's words drawn at random, 85% in the prompt, the rest in a response
+    of the shape CodeV-R1's have (thinking, then a Verilog module)."""
+    with open(SAMPLE_WORDS, encoding="utf-8") as f:
+        words = [word for line in f for field in ("prompt", "response")
+                 for word in json.loads(line)[field].split()]
+    rng = np.random.default_rng(seed)
+    for length in np.minimum(lengths(count, rng), max_tokens):
+        picked = [words[i] for i in rng.choice(len(words), max(8, int(length / TOKENS_PER_WORD)))]
+        split = int(ANSWER_START * len(picked))
+        yield {"system": "You are a Verilog expert.",
+               "prompt": " ".join(picked[:split]),
+               "response": "<think>\nreasoning\n</think>\n<answer>\n```verilog\n"
+                           "module m(input a, output y);\n// " + " ".join(picked[split:]) +
+                           "\nendmodule\n```\n</answer>"}

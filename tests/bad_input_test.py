@@ -17,7 +17,8 @@ MISSING = "/nonexistent/g4"
 # (binary, flags, what the error line says)
 CASES = {
     "training_tpu_sft": ("//training/tpu:sft", ["--config.model.name=" + MISSING],
-                         "is neither 'tiny-random-gemma4', a directory, nor a Hub id"),
+                         "is neither 'tiny-random-gemma4', 'random-gemma4', a directory, "
+                         "nor a Hub id"),
     # Checked from the shipped config.json, before the 31B's weights would download.
     "training_tpu_sft_mesh": ("//training/tpu:sft", ["--config.model.name=google/gemma-4-31B-it",
                                                    "--config.mesh.tp=8"],
@@ -35,11 +36,15 @@ CASES = {
     "training_tpu_sft_v5e16_here": ("//training/tpu:sft", ["--config=v5e16.py"],
                                     "the config's machine tpu-v5litepod-16 needs 16 TPU chips; "
                                     "this process sees 1 CPU."),
+    "training_tpu_sft_one_chip_here": ("//training/tpu:sft", ["--config=one_chip.py"],
+                                       "the config's machine tpu-v5litepod-1 needs 1 TPU chip; "
+                                       "this process sees 1 CPU."),
     "training_tpu_compile": ("//training/tpu:compile", ["--base_config=" + MISSING,
                                                       "--workdir={tmp}/c"],
                              "is neither a config.json, a directory, nor a Hub id"),
     "training_gpu_sft": ("//training/gpu:sft", ["--config.model.name=" + MISSING],
-                         "is neither 'tiny-random-gemma4', a directory, nor a Hub id"),
+                         "is neither 'tiny-random-gemma4', 'random-gemma4', a directory, "
+                         "nor a Hub id"),
     "training_gpu_sft_h100x2_here": ("//training/gpu:sft", ["--config=h100x2.py"],
                                      "the config's machine gpu-h100x2 needs 2 GPUs; this "
                                      "process sees 1 CPU. This torch (2.13.0+cpu) is a CPU build."),

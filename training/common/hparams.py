@@ -90,6 +90,17 @@ def reference():
     return c
 
 
+def model(name, dtype, **fields):
+    """The `model` fields of both stacks: the base `name` (training/formats/base_model.py),
+    its `dtype`, and `random`, the shape of a `random-gemma4` base
+    (training/formats/random_model.py): `like`'s text model (a config.json, its
+    directory or a Hub id; empty: Gemma 4 31B) cut to its first `layers` (0: all)
+    and narrowed by `width_divisor`."""
+    return config_dict.ConfigDict({
+        "name": name, "dtype": dtype,
+        "random": {"like": "", "layers": 0, "width_divisor": 1}, **fields})
+
+
 def tiny(c):
     """Shrinks `c` in place for the CPU default runs: minutes on a laptop."""
     c.lora.rank = 8

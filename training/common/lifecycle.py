@@ -86,7 +86,7 @@ def wait_for_main(workdir, config, timeout_s=600):
     """A barrier for processes that share `workdir` before any collective exists:
     waits until the main process has written the config and the tiny base."""
     paths = [storage.join(workdir, run_dir_lib.CONFIG)]
-    if config.model.name == base_model.TINY:
+    if config.model.name in base_model.IN_RUN_DIR:
         tiny = base_model.tiny_dir(workdir)
         paths.append(storage.join(tiny, storage.COMMIT_MARKER) if storage.is_url(tiny)
                      else os.path.join(tiny, "config.json"))
@@ -97,17 +97,25 @@ def wait_for_main(workdir, config, timeout_s=600):
         time.sleep(0.5)
 
 
+def _write_base(config, path):
+    """Writes the base a run keeps in its directory (base_model.IN_RUN_DIR) at `path`."""
+    if config.model.name == base_model.TINY:
+        from training.formats import tiny_model  # pylint: disable=import-outside-toplevel
+        return tiny_model.ensure(path, seed=config.seed)
+    from training.formats import random_model  # pylint: disable=import-outside-toplevel
+    return random_model.write(path, random_model.spec_config(config.model.random), config.seed)
+
+
 def materialize_base(config, workdir):
-    """The base model's local directory. The tiny base is written into `workdir`
-    if missing; a gs:// run keeps it in its bucket and reads a local copy."""
-    if config.model.name != base_model.TINY:
+    """The base model's local directory. A tiny or random base is written into
+    `workdir` if missing; a gs:// run keeps it in its bucket and reads a local copy."""
+    if config.model.name not in base_model.IN_RUN_DIR:
         return base_model.resolve(config.model.name, workdir)
-    from training.formats import tiny_model  # pylint: disable=import-outside-toplevel
     where = base_model.tiny_dir(workdir)
     if not storage.is_url(where):
-        tiny_model.ensure(where, seed=config.seed)
+        _write_base(config, where)
     elif not storage.exists(storage.join(where, storage.COMMIT_MARKER)):
-        made = tiny_model.ensure(storage.cache_dir(where, "tiny"), seed=config.seed)
+        made = _write_base(config, storage.cache_dir(where, config.model.name))
         storage.push(made, where, mark_complete=True)
     return base_model.resolve(config.model.name, workdir)
 
@@ -134,7 +142,7 @@ def start(config, workdir, *, stack, is_main, barrier, data_parallel):
     dims = gemma4_map.Dims.from_hf_config(hf_config)
     files = base_model.safetensors_files(base_dir)  # every shard opens, or a clear error
     # A base read from a bucket is named by its URL, not by this host's cache folder.
-    named = base_model.tiny_dir(workdir) if config.model.name == base_model.TINY \
+    named = base_model.tiny_dir(workdir) if config.model.name in base_model.IN_RUN_DIR \
         else config.model.name
     fingerprint = {"config": hf_config.get("_name_or_path") or (
                        named if storage.is_url(named) else base_dir),

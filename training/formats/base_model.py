@@ -5,6 +5,9 @@
     embedded tokenizer) written once into the run directory by
     `tiny_model.ensure`, so that resuming, exporting and serving the run all
     see the same base;
+  * `random-gemma4`: a random Gemma 4 of a real model's shape, cut and narrowed
+    as the config's `model.random` says (random_model.py), written once into
+    the run directory as the tiny one is: one TPU chip's smoke test;
   * a local Hugging Face directory (config.json + safetensors);
   * a Hub id such as `google/gemma-4-31B-it`, downloaded on the training VM
     into the Hugging Face cache (HF_HOME: put it on a persistent disk);
@@ -21,7 +24,9 @@ from common import cli
 from common import storage
 
 TINY = "tiny-random-gemma4"
-TINY_DIR = "base_model"  # where a run directory keeps its tiny base
+RANDOM = "random-gemma4"
+IN_RUN_DIR = (TINY, RANDOM)  # bases a run writes into its own directory
+TINY_DIR = "base_model"  # where a run directory keeps such a base
 # README.md: the base's model card, whose license an export's card carries.
 _HUB_PATTERNS = ["*.json", "*.safetensors", "tokenizer*", "*.jinja", "*.model", "README.md"]
 
@@ -42,16 +47,16 @@ def is_hub_id(name):
 def resolve(name, run_dir):
     """A local directory for the base model `name` (see module docstring).
 
-    The tiny base must already exist in `run_dir` (tiny_model.ensure writes it).
+    A base of IN_RUN_DIR must already exist in `run_dir` (the run writes it).
     """
     if storage.is_url(name):  # a model kept in a bucket: copied to the local cache once
         return storage.fetch(name)
-    if name == TINY:
+    if name in IN_RUN_DIR:
         path = tiny_dir(run_dir)
         if storage.is_url(path):
             return storage.fetch(path, require_complete=True)
         if not os.path.exists(os.path.join(path, "config.json")):
-            raise BaseModelError(f"{run_dir} holds no tiny base model ({path}); the run "
+            raise BaseModelError(f"{run_dir} holds no {name} base model ({path}); the run "
                                  "that created this directory did not finish setting up")
         return path
     if os.path.isdir(name):
@@ -62,7 +67,8 @@ def resolve(name, run_dir):
             return snapshot_download(name, allow_patterns=_HUB_PATTERNS)
         except Exception as e:  # network, auth, missing repo alike
             raise BaseModelError(f"cannot download base model {name}: {e}") from e
-    raise BaseModelError(f"base model {name!r} is neither {TINY!r}, a directory, nor a Hub id")
+    raise BaseModelError(f"base model {name!r} is neither {TINY!r}, {RANDOM!r}, a directory, "
+                         "nor a Hub id")
 
 
 # Copies of public Hub configs, for what needs only a config.json (the TPU stack's

@@ -2,15 +2,15 @@
 
 from ml_collections import config_dict
 
+from training.common import hparams
+
 
 def gpu_config(recipe, *, model, dtype, num_processes, machine):
     """`recipe` (training/common/hparams.py) plus the GPU stack's machine fields."""
     c = recipe
-    c.model = config_dict.ConfigDict({
-        "name": model, "dtype": dtype,
-        # transformers' attention. "sdpa" (the default) runs both head dims (256
-        # and 512) and packed rows: data/views.py, README "GPU training".
-        "attn_implementation": "sdpa"})
+    # transformers' attention. "sdpa" (the default) runs both head dims (256
+    # and 512) and packed rows: data/views.py, README "GPU training".
+    c.model = hparams.model(model, dtype, attn_implementation="sdpa")
     # Data-parallel processes (GPUs), launched by the binary through torchrun.
     c.num_processes = num_processes
     # FSDP2 full shard (activation checkpointing follows c.remat). Unset: decided at

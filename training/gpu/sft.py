@@ -82,7 +82,7 @@ def plan_memory(config):
     by the run itself, and a name that is no base is the run's to refuse: nothing
     to plan for them here."""
     name = config.model.name
-    if name == base_model.TINY or not (os.path.isdir(name) or base_model.is_hub_id(name)):
+    if name in base_model.IN_RUN_DIR or not (os.path.isdir(name) or base_model.is_hub_id(name)):
         return
     dims = gemma4_map.Dims.from_hf_config(base_model.config_only(name)[0])
     memory_plan.plan(dims, config, machines.get(config.machine), config.num_processes,

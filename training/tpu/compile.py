@@ -76,8 +76,12 @@ def measured_fractions(config, base_name):
     from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
     from data import packing as packing_lib  # pylint: disable=import-outside-toplevel
     from data import pipeline  # pylint: disable=import-outside-toplevel
+    from data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
+    from training.formats import base_model  # pylint: disable=import-outside-toplevel
     try:
-        tokenizer = AutoTokenizer.from_pretrained(base_name)
+        # The random base carries the embedded tokenizer (random_model.py).
+        tokenizer = tokenizer_lib.build_tokenizer() if base_name == base_model.RANDOM \
+            else AutoTokenizer.from_pretrained(base_name)
     except Exception as e:  # network, auth, a directory without a tokenizer alike
         raise CompileError(f"cannot load the tokenizer of {base_name} to measure the data's "
                            f"token fractions ({e}); pass --non_padding_fraction and "
@@ -140,9 +144,14 @@ def main(argv):
     if base_name == base_model.TINY:
         raise CompileError("the tiny CPU model has no TPU to compile for: use a TPU config "
                            "(--config=v5p8.py) or --base_config")
-    hf_config, source = base_model.config_only(
-        config_cli.user_path(base_name) if os.path.exists(config_cli.user_path(base_name))
-        else base_name)
+    if base_name == base_model.RANDOM:
+        from training.formats import random_model  # pylint: disable=import-outside-toplevel
+        hf_config = random_model.spec_config(config.model.random)
+        source = f"{base_name}: {config.model.random.to_dict()}"
+    else:
+        hf_config, source = base_model.config_only(
+            config_cli.user_path(base_name) if os.path.exists(config_cli.user_path(base_name))
+            else base_name)
     dims = gemma4_map.Dims.from_hf_config(hf_config)
     if _LAYERS.value:
         try:

@@ -2,11 +2,13 @@
 
 from ml_collections import config_dict
 
+from training.common import hparams
+
 
 def tpu_config(recipe, *, model, dtype, fsdp, tp, machine, cpu_devices=0):
     """`recipe` (training/common/hparams.py) plus the TPU stack's machine fields."""
     c = recipe
-    c.model = config_dict.ConfigDict({"name": model, "dtype": dtype})
+    c.model = hparams.model(model, dtype)
     c.mesh = config_dict.ConfigDict({"fsdp": fsdp, "tp": tp})
     # A name in common/machines.py: HBM per chip (the fit check) and peak (MFU).
     c.machine = machine

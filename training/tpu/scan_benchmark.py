@@ -9,7 +9,8 @@
 TPU; this runs it. The config's base model (its config.json alone: no
 weights are read) gets random weights, optionally cut to its first --layers
 layers and narrowed by --width_divisor (hidden size, MLP width and head
-counts divided) to fit the chips at hand. For each layout, in one process:
+counts divided) to fit the chips at hand: training/formats/random_model.py's,
+the weights `sft` trains from with `--config=one_chip.py`. For each layout, in one process:
 the config's step is traced and lowered, compiled (both timed), then run on
 batches of random tokens with CodeV-R1's length profile (data/synthetic.py),
 packed or padded as `config.data.packing` says. The step time is the median
@@ -29,7 +30,6 @@ import os
 import statistics
 import tempfile
 import time
-import zlib
 
 import jax
 import numpy as np
@@ -46,6 +46,7 @@ from data import synthetic
 from training.common import flops as flops_lib
 from training.formats import base_model
 from training.formats import gemma4_map
+from training.formats import random_model
 from training.tpu import aot
 from training.tpu import mesh_plan
 from training.tpu import model as model_lib
@@ -81,34 +82,6 @@ class BenchmarkError(cli.UserError):
     pass
 
 
-def shrink(dims, layers=0, width_divisor=1):
-    """`dims` cut to its first `layers` layers and narrowed by `width_divisor`."""
-    if layers:
-        if not 0 < layers <= dims.num_layers:
-            raise BenchmarkError(f"--layers={layers}: the base has {dims.num_layers} layers")
-        dims = dataclasses.replace(dims, layer_types=dims.layer_types[:layers])
-    if width_divisor > 1:
-        widths = {"embed": dims.embed, "mlp": dims.mlp, "heads": dims.heads,
-                  "kv_heads": dims.kv_heads, "global_kv_heads": dims.global_kv_heads}
-        uneven = sorted(name for name, width in widths.items() if width % width_divisor)
-        if uneven:
-            raise BenchmarkError(f"--width_divisor={width_divisor} does not divide "
-                                 f"{', '.join(uneven)} of the base ({widths})")
-        dims = dataclasses.replace(
-            dims, **{name: width // width_divisor for name, width in widths.items()})
-    return dims
-
-
-def random_tensors(dims, seed=0):
-    """A function from each Hugging Face tensor name of `dims` to random weights in
-    its shape (N(0, 0.02^2), float32), the same for a name whatever asks."""
-    def tensor(name):
-        rng = np.random.default_rng([seed, zlib.crc32(name.encode())])
-        shape = gemma4_map.expected_hf_shape(dims, name)
-        return rng.standard_normal(shape, np.float32) * np.float32(0.02)
-    return tensor
-
-
 def peak_flops_per_chip(device):
     """Dense bf16 FLOP/s of `device`'s chip; None when not known (a CPU)."""
     if device.device_kind in CHIP_MACHINES:
@@ -142,7 +115,7 @@ def run_layout(dims, config, mesh, scanned, steps):
     config.scan_layers = scanned
     started = time.perf_counter()
     model = model_lib.load(None, dims, mesh, config.model.dtype, config.lora, config.seed,
-                           scan=scanned, tensors=random_tensors(dims, config.seed))
+                           scan=scanned, tensors=random_model.tensors(dims, config.seed))
     state = state_lib.build(model, mesh, config, total_steps=1000, dims=dims)
     del model
     loaded = time.perf_counter()
@@ -153,6 +126,9 @@ def run_layout(dims, config, mesh, scanned, steps):
     compiled = lowered.compile()
     done = time.perf_counter()
     memory = aot.memory_figures(compiled.memory_analysis())
+    # XLA's own estimate from this compile (the accumulation loop's body counted
+    # once, as `//training/tpu:compile` counts it), beside the measured step.
+    estimate = aot.cost(compiled).get("optimal_seconds", 0.0) * mesh_plan.batch_shape(config)[0]
     lora, opt_state = state.lora, state.opt_state
     seconds, losses, tokens = [], [], 0
     for step, (batch, data_tokens) in enumerate(data):
@@ -168,6 +144,8 @@ def run_layout(dims, config, mesh, scanned, steps):
                  losses[-1], seconds[-1])
     timed = seconds[1:]
     step_seconds = statistics.median(timed)
+    # What the chip held at its fullest (None where the platform does not say).
+    device_peak = (jax.devices()[0].memory_stats() or {}).get("peak_bytes_in_use")
     result = {
         "layout": "scanned" if scanned else "unrolled",
         "layers": state.plan.describe(),
@@ -179,6 +157,8 @@ def run_layout(dims, config, mesh, scanned, steps):
         "data_tokens_per_s": tokens / sum(timed),
         "losses": losses,
         "xla_bytes_per_chip": aot.per_chip_bytes(memory),
+        "xla_estimated_step_seconds": estimate,
+        "device_peak_bytes": device_peak,
     }
     del state, compiled, lowered, lora, opt_state, data
     gc.collect()
@@ -195,12 +175,16 @@ def _with_mfu(result, dims, config, devices):
 
 def _dims(config, workdir, base_config, layers, width_divisor):
     base_name = base_config or config.model.name
-    if base_name == base_model.TINY:
-        from training.common import lifecycle  # pylint: disable=import-outside-toplevel
-        base_name = lifecycle.materialize_base(config, workdir)
-    path = config_cli.user_path(base_name)
-    hf_config, _ = base_model.config_only(path if os.path.exists(path) else base_name)
-    return shrink(gemma4_map.Dims.from_hf_config(hf_config), layers, width_divisor)
+    if base_name == base_model.RANDOM:
+        hf_config = random_model.spec_config(config.model.random)
+    else:
+        if base_name == base_model.TINY:
+            from training.common import lifecycle  # pylint: disable=import-outside-toplevel
+            base_name = lifecycle.materialize_base(config, workdir)
+        path = config_cli.user_path(base_name)
+        hf_config, _ = base_model.config_only(path if os.path.exists(path) else base_name)
+    return gemma4_map.Dims.from_hf_config(
+        random_model.shrink_config(hf_config, layers, width_divisor))
 
 
 def run(config, workdir, steps, layouts, *, cache_dir="", base_config="", layers=0,

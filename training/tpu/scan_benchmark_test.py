@@ -1,57 +1,14 @@
-"""The scan benchmark: the model it shrinks, its random weights, and a run of both
-layouts on the tiny model (the same first loss; a rerun loads from the cache)."""
+"""The scan benchmark: a run of both layouts on the tiny model (the same first loss;
+a rerun loads from the cache). The model it shrinks and its random weights are
+random_model's (training/formats/random_model_test.py)."""
 
 import os
 import tempfile
 
-import numpy as np
 from absl.testing import absltest
 
 from training.tpu import testing  # sets up 8 CPU devices first
-# pylint: disable=wrong-import-order
-from training.formats import base_model
-from training.formats import gemma4_map
 from training.tpu import scan_benchmark
-
-
-def dims_31b():
-    config, _ = base_model.config_only("google/gemma-4-31B-it")  # the copy shipped
-    return gemma4_map.Dims.from_hf_config(config)
-
-
-class ShrinkTest(absltest.TestCase):
-
-    def test_cuts_layers_and_divides_widths(self):
-        full = dims_31b()
-        dims = scan_benchmark.shrink(full, layers=12, width_divisor=2)
-        self.assertEqual((dims.embed, dims.mlp, dims.heads, dims.kv_heads,
-                          dims.global_kv_heads), (2688, 10752, 16, 8, 2))
-        self.assertEqual(dims.layer_types, full.layer_types[:12])
-        self.assertEqual((dims.head_dim, dims.global_head_dim, dims.vocab),
-                         (full.head_dim, full.global_head_dim, full.vocab))
-        self.assertEqual(scan_benchmark.shrink(full), full)
-
-    def test_refuses_what_does_not_divide_or_exist(self):
-        with self.assertRaisesRegex(scan_benchmark.BenchmarkError,
-                                    "does not divide global_kv_heads, heads, kv_heads"):
-            scan_benchmark.shrink(dims_31b(), width_divisor=3)
-        with self.assertRaisesRegex(scan_benchmark.BenchmarkError, "the base has 60 layers"):
-            scan_benchmark.shrink(dims_31b(), layers=61)
-
-
-class RandomTensorsTest(absltest.TestCase):
-
-    def test_each_name_has_its_own_values_in_its_shape(self):
-        dims = scan_benchmark.shrink(dims_31b(), layers=2, width_divisor=4)
-        tensors = scan_benchmark.random_tensors(dims, seed=3)
-        names = [n for n in gemma4_map.base_names(dims) if "layers.1." in n][:3]
-        for name in names:
-            value = tensors(name)
-            self.assertEqual(value.shape, gemma4_map.expected_hf_shape(dims, name))
-            np.testing.assert_array_equal(value, tensors(name))
-            self.assertAlmostEqual(float(value.std()), 0.02, delta=0.002)
-        self.assertFalse(np.array_equal(tensors(names[0]).ravel()[:64],
-                                        tensors(names[1]).ravel()[:64]))
 
 
 class RunTest(absltest.TestCase):

@@ -2,11 +2,11 @@
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
 
-import numpy as np
 from absl.testing import absltest
 
 from common import binaries
@@ -14,7 +14,7 @@ from common import gcs_emulator
 from common import storage
 from training.common import billing_testing
 from training.common import wandb_offline
-from training.formats import orbax_lora
+from training.tpu import compare_runs
 
 STEPS = 4
 _ARGS = (f"--config.max_steps={STEPS}", "--config.checkpoint_every_steps=2",
@@ -33,12 +33,6 @@ def sft(workdir, *extra, wait=True):
         return process
     output, _ = process.communicate(timeout=900)
     return process.returncode, output
-
-
-def final_lora(workdir, step=STEPS):
-    lora = f"checkpoints/{step}/lora"
-    return orbax_lora.read(os.path.dirname(os.path.join(storage.fetch(workdir, only=[lora]),
-                                                        lora)))
 
 
 def losses(workdir):
@@ -126,12 +120,23 @@ class TrainerTest(absltest.TestCase):
         self.assertRegex(self.output, r"first step in [0-9.]+s: 0 program\(s\) loaded from "
                          r"the compilation cache, [1-9][0-9]* compiled and stored")
         self.assertNotEmpty(storage.listdir(storage.join(workdir, "compilation_cache")))
-        # The same final LoRA, bit for bit, as the run that was never stopped.
-        want, got = final_lora(self.reference), final_lora(workdir)
-        self.assertEqual(sorted(want), sorted(got))
-        for name in want:
-            np.testing.assert_array_equal(got[name], want[name], err_msg=name)
+        # The same final LoRA, bit for bit, and the same losses and gradient norms
+        # as the run that was never stopped (what //training/tpu:compare_runs says).
+        local = storage.fetch(workdir, only=[f"checkpoints/{STEPS}/lora", "metrics.jsonl"])
+        self.assertEqual(compare_runs.compare(self.reference, local), (STEPS, 72, STEPS))
         self.assertEqual(losses(workdir), losses(self.reference))
+        # One loss changed in a copy is a difference it names.
+        changed = os.path.join(self.create_tempdir().full_path, "run")
+        shutil.copytree(local, changed)
+        path = os.path.join(changed, "metrics.jsonl")
+        with open(path) as f:
+            records = [json.loads(line) for line in f]
+        with open(path, "w") as f:
+            for record in records:
+                record["loss"] += record["step"] == 3
+                f.write(json.dumps(record) + "\n")
+        with self.assertRaisesRegex(compare_runs.DifferentRuns, r"differ at steps \[3\]"):
+            compare_runs.compare(self.reference, changed)
         billing_testing.assert_killed_then_resumed(self, workdir, 2, STEPS,
                                                    killed_s + resumed_s)
         # Every part of the run is an object in the bucket; no local "gs:" folder.
@@ -195,7 +200,6 @@ class TrainerTest(absltest.TestCase):
 
     def test_corrupt_base_checkpoint(self):
         base = os.path.join(self.create_tempdir().full_path, "base")
-        import shutil  # pylint: disable=import-outside-toplevel
         shutil.copytree(os.path.join(self.reference, "base_model"), base)
         shard = sorted(f for f in os.listdir(base) if f.endswith(".safetensors"))[-1]
         with open(os.path.join(base, shard), "r+b") as f:

@@ -37,7 +37,9 @@ def runs(path=PATH):
         raise CalibrationError(f"{path}: not a calibration file ({e})") from None
 
 
-def factors(name, machine=None, path=PATH):
-    """[(run id, factor)] of the factor `name` over the runs (of `machine`, if given)."""
+def factors(name, machine=None, generation=None, path=PATH):
+    """[(run id, factor)] of the factor `name` over the runs (of `machine`, or of a
+    TPU `generation` such as "v5e", if given)."""
     return [(run["id"], run["factors"][name]) for run in runs(path)
-            if name in run["factors"] and (machine is None or run["machine"] == machine)]
+            if name in run["factors"] and (machine is None or run["machine"] == machine)
+            and (generation is None or run["topology"].split(":")[0] == generation)]

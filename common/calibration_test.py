@@ -45,6 +45,8 @@ class CalibrationTest(absltest.TestCase):
             ["v5e-1x1-one_chip-2026-12-06"])
         self.assertEqual(calibration.factors("step_seconds_over_roofline", machine="gpu-h100x2"),
                          [])
+        self.assertLen(calibration.factors("step_seconds_over_roofline", generation="v5e"), 1)
+        self.assertEqual(calibration.factors("step_seconds_over_roofline", generation="v6e"), [])
 
     def test_a_file_that_is_not_one(self):
         path = self.create_tempfile(content="{\"run\": []}").full_path

@@ -20,7 +20,6 @@ bfloat16 (the real checkpoint's dtype) in one safetensors file.
 
 import argparse
 import copy
-import json
 import os
 import shutil
 import zlib
@@ -29,6 +28,7 @@ import ml_dtypes
 import numpy as np
 
 from common import cli
+from common import storage
 from training.formats import base_model
 from training.formats import gemma4_map
 
@@ -124,18 +124,13 @@ def write(path, hf_config, seed=0):
     save_file({name: draw(name).astype(ml_dtypes.bfloat16)
                for name in gemma4_map.base_names(dims)},
               os.path.join(tmp, WEIGHTS), metadata={"format": "pt"})
-    _write_json(os.path.join(tmp, "config.json"), config)
-    _write_json(os.path.join(tmp, "generation_config.json"), {
+    storage.write_json(os.path.join(tmp, "config.json"), config)
+    storage.write_json(os.path.join(tmp, "generation_config.json"), {
         "bos_token_id": config["bos_token_id"], "eos_token_id": config["eos_token_id"],
         "pad_token_id": config["pad_token_id"]})
     tokenizer.save_pretrained(tmp)
     os.replace(tmp, path)
     return path
-
-
-def _write_json(path, value):
-    with open(path, "w") as f:
-        json.dump(value, f, indent=2, sort_keys=True)
 
 
 def main():

@@ -41,6 +41,14 @@ so the generator's own time is not in the estimate (at 2 layers of `v5p8.py`
 the estimate is then 0.0455 s against threefry's 0.0432 s; on a v5e chip,
 rbg's step ran in 0.90x threefry's).
 
+For v5e and v6e, XLA's estimate of the step is negative on libtpu 0.0.42.1
+(unrolled too: -2070.7 s for `one_chip.py` on v5e:1x1, the same on the chip's
+own compile). Those rows predict from the roofline instead (`roofline_seconds`:
+the counted FLOPs at peak or the counted bytes at the machine table's HBM
+bandwidth, whichever is longer) times what chips of that generation measured
+against their roofline (common/calibration.json; `prediction` in each row says
+which basis, factor and runs).
+
 libtpu is this target's dependency (the train_tpu hub, in both modes): only
 processes that depend on it can import it, and `use_libtpu` keeps JAX's own
 backend on CPU so that none of them probes for TPU chips (test processes pin
@@ -53,6 +61,7 @@ import os
 import resource
 import time
 
+from common import calibration
 from common import cli
 from training.common import flops as flops_lib
 from training.formats import gemma4_map
@@ -265,9 +274,14 @@ def row(dims, config, machine, measured, *, non_padding_fraction, trained_fracti
     kernels = analytic_kernels(dims, config, machine)
     scan = measured["scan"]  # period and repeats when a block was scanned
     scanned_layers = scan.get("period", 0) * scan.get("repeats", 0)
-    # XLA gives a negative time when ops it cannot cost are left in the step.
-    step_seconds = (measured["optimal_seconds"] + sum(k["seconds"] for k in kernels)
-                    if measured["optimal_seconds"] > 0 else 0.0)
+    # XLA gives a negative time when ops it cannot cost are left in the step (and
+    # for v5e and v6e steps, always, on libtpu 0.0.42.1): then the roofline of its
+    # counts, scaled by what the same generation's chips measured against theirs.
+    xla_seconds = (measured["optimal_seconds"] + sum(k["seconds"] for k in kernels)
+                   if measured["optimal_seconds"] > 0 else 0.0)
+    roofline = roofline_seconds(measured, kernels, machine)
+    basis = prediction_basis(machine, xla_seconds, roofline)
+    step_seconds = basis["seconds"]
     tokens_per_s = positions * non_padding_fraction / step_seconds if step_seconds else None
     hbm = machine.hbm_bytes_per_chip
     return {
@@ -288,7 +302,9 @@ def row(dims, config, machine, measured, *, non_padding_fraction, trained_fracti
         "xla_optimal_seconds": measured["optimal_seconds"],
         "model_flops": per_token * positions * non_padding_fraction,
         "xla_bytes_accessed": measured["xla_bytes_accessed"],
-        "optimal_seconds": step_seconds,  # XLA's estimate plus the analytic kernels
+        "optimal_seconds": step_seconds,  # the prediction: see "prediction"
+        "roofline_seconds": roofline,
+        "prediction": {k: v for k, v in basis.items() if k != "seconds"},
         "non_padding_fraction": non_padding_fraction, "trained_fraction": trained_fraction,
         "trained_tokens_per_step": positions * trained_fraction,
         "predicted_tokens_per_s": tokens_per_s,
@@ -305,6 +321,37 @@ def row(dims, config, machine, measured, *, non_padding_fraction, trained_fracti
         "host_peak_bytes": measured["host_peak_bytes"],
         "scan_layers": bool(config.scan_layers), "scan": measured["scan"],
     }
+
+
+def roofline_seconds(measured, kernels, machine):
+    """The step at the chips' limits: XLA's counted FLOPs (plus the kernels', counted by
+    hand) at peak, or its counted bytes at the HBM bandwidth, whichever is longer; 0
+    where the machine table has no bandwidth for the chip."""
+    if not machine.hbm_gbps_per_chip:
+        return 0.0
+    flops = measured["xla_flops"] + sum(k["flops"] for k in kernels)
+    return max(flops / (machine.chips * machine.peak_flops_per_chip),
+               measured["xla_bytes_accessed"] / (machine.chips * machine.hbm_gbps_per_chip * 1e9))
+
+
+def prediction_basis(machine, xla_seconds, roofline):
+    """How the step time is predicted: {"seconds", "basis", and for a roofline the
+    calibration it was scaled by}. `xla_seconds`, XLA's estimate plus the kernels,
+    where it is positive; else the roofline times the mean measured/roofline factor
+    of the runs on the same chip generation in common/calibration.json, or the bare
+    roofline where none was measured."""
+    if xla_seconds > 0:
+        return {"seconds": xla_seconds, "basis": "xla"}
+    if not roofline:
+        return {"seconds": 0.0, "basis": "none"}
+    factors = calibration.factors("step_seconds_over_roofline",
+                                  generation=machine.topology.split(":")[0])
+    if not factors:
+        return {"seconds": roofline, "basis": "roofline, not calibrated (no measured run "
+                "on this chip generation): the step at the chips' limits"}
+    factor = sum(f for _, f in factors) / len(factors)
+    return {"seconds": roofline * factor, "basis": "roofline x measured factor",
+            "factor": factor, "runs": [run for run, _ in factors]}
 
 
 def analytic_kernels(dims, config, machine):

@@ -204,8 +204,14 @@ def main(argv):
     for row in rows:
         for kernel in row["analytic_kernels"]:
             print(f"{kernel['name']}: a Pallas kernel XLA's cost model does not see; its "
-                  f"{kernel['flops']:.3g} FLOPs per step are counted by hand and "
-                  f"{kernel['seconds']:.3f} s (at peak) added to XLA's step time")
+                  f"{kernel['flops']:.3g} FLOPs per step ({kernel['seconds']:.3f} s at peak) "
+                  "are counted by hand and added to the step's")
+        prediction = row["prediction"]
+        if prediction["basis"] != "xla":
+            print(f"step time: XLA's estimate is {row['xla_optimal_seconds']:.3g} s (unusable); "
+                  f"predicted from the roofline ({row['roofline_seconds']:.3f} s), "
+                  + (f"x {prediction['factor']:.2f} measured on {', '.join(prediction['runs'])}"
+                     if "factor" in prediction else prediction["basis"]))
     if "trained_tokens_per_s_ratio" in result:
         print(f"predicted trained tokens/s, ours / reference: "
               f"{result['trained_tokens_per_s_ratio']:.2f}x")

@@ -27,6 +27,7 @@ import jax.numpy as jnp
 from absl.testing import absltest
 from jax.sharding import SingleDeviceSharding
 
+from common import calibration
 from common import machines
 from training.common import hparams
 from training.formats import base_model
@@ -203,6 +204,27 @@ class CompileTest(absltest.TestCase):
         self.assertAlmostEqual((scanned["xla_flops"] - again) / unrolled["xla_flops"], 1.0,
                                delta=0.02)
         self.assertGreater(again / unrolled["xla_flops"], 0.03)
+
+    def test_without_xla_estimate_the_roofline_scaled_by_the_generation_measured(self):
+        # one_chip.py's counts on v5e:1x1 (common/calibration.json): compute-bound.
+        measured = {"xla_flops": 1.442e14, "xla_bytes_accessed": 5.395e11}
+        kernels = [{"flops": 1.407e13}]
+        v5e, v6e = machines.get("tpu-v5litepod-1"), machines.get("tpu-v6e-1")
+        roofline = aot.roofline_seconds(measured, kernels, v5e)
+        self.assertAlmostEqual(roofline, (1.442e14 + 1.407e13) / 197e12)
+        self.assertAlmostEqual(aot.roofline_seconds({**measured, "xla_bytes_accessed": 1e12},
+                                                    kernels, v5e), 1e12 / 819e9)  # memory-bound
+        basis = aot.prediction_basis(v5e, -2070.7, roofline)
+        factor = calibration.factors("step_seconds_over_roofline", generation="v5e")[0][1]
+        self.assertAlmostEqual(basis["seconds"], roofline * factor)
+        self.assertEqual(basis["runs"], ["v5e-1x1-one_chip-2026-12-06"])
+        # No measured v6e run: the bare roofline, said to be so.
+        roofline = aot.roofline_seconds(measured, kernels, v6e)
+        basis = aot.prediction_basis(v6e, -1.0, roofline)
+        self.assertEqual(basis["seconds"], roofline)
+        self.assertIn("not calibrated", basis["basis"])
+        self.assertEqual(aot.prediction_basis(v5e, 0.5, roofline),
+                         {"seconds": 0.5, "basis": "xla"})
 
     def test_every_tpu_machine_has_a_topology_libtpu_compiles_for(self):
         for machine in machines.MACHINES.values():

@@ -298,7 +298,10 @@ def _synthetic(source):
     if not count.isdigit() or not int(count):
         raise DataError(f"data source {source!r}: {SYNTHETIC}N takes a number of rows, "
                         f"as in {SYNTHETIC}2000")
-    return (lambda: synthetic.rows(int(count)), lambda: int(count))
+    with open(SAMPLE_PATH, encoding="utf-8") as f:
+        words = [word for line in f for field in ("prompt", "response")
+                 for word in json.loads(line)[field].split()]
+    return (lambda: synthetic.rows(int(count), words), lambda: int(count))
 
 
 def local_path(source):

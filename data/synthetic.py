@@ -9,9 +9,6 @@ CodeV-R1-schema rows of the sample's words (the data source `synthetic:N`), for
 runs that need data and have none (a smoke test on a fresh TPU VM, benchmarks).
 """
 
-import json
-import os
-
 import numpy as np
 
 from data import chat
@@ -25,8 +22,6 @@ ANSWER_START = 0.85  # the share of each example before its answer
 # (data/tokenizer.py), measured: 22,305 tokens for its 11,495 words. `rows` sizes
 # its rows in words by it; Gemma's own tokenizer gives other counts.
 TOKENS_PER_WORD = 1.94
-SAMPLE_WORDS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sample",
-                            "codev_r1_sample.jsonl")
 
 
 def lengths(count, rng, scale=1.0):
@@ -47,14 +42,11 @@ def examples(count, seq_len, vocab, seed=0):
     return out
 
 
-def rows(count, seed=0, max_tokens=3000):
+def rows(count, words, seed=0, max_tokens=3000):
     """`count` rows of the CodeV-R1 schema (system, prompt, response) whose
-    lengths follow the profile (`TOKENS_PER_WORD`), capped at `max_tokens`: the
-    sample's words drawn at random, 85% in the prompt, the rest in a response
-    of the shape CodeV-R1's have (thinking, then a Verilog module)."""
-    with open(SAMPLE_WORDS, encoding="utf-8") as f:
-        words = [word for line in f for field in ("prompt", "response")
-                 for word in json.loads(line)[field].split()]
+    lengths follow the profile (`TOKENS_PER_WORD`), capped at `max_tokens`:
+    `words` (the sample's) drawn at random, 85% in the prompt, the rest in a
+    response of the shape CodeV-R1's have (thinking, then a Verilog module)."""
     rng = np.random.default_rng(seed)
     for length in np.minimum(lengths(count, rng), max_tokens):
         picked = [words[i] for i in rng.choice(len(words), max(8, int(length / TOKENS_PER_WORD)))]

@@ -159,8 +159,7 @@ def site_dir(install):
 def _requirements_file(entries, folder):
     path = os.path.join(folder, "requirements.txt")
     with open(path, "w", encoding="utf-8") as f:
-        f.write("".join(e.text.rstrip().rstrip("\\").rstrip() + "\n"
-                        if "--hash" not in e.text else e.text for e in entries))
+        f.write("".join(e.text for e in entries))
     return path
 
 

@@ -2,6 +2,7 @@
 same loss and gradient norm at every step both logged.
 
     bazel run //training/tpu:compare_runs -- runs/whole runs/stopped
+    bazel run //training/tpu:compare_runs -- runs/whole gs://BUCKET/stopped
 
 What a resumed run is checked by (training/tpu/chip_check.sh: a run stopped by
 SIGTERM and resumed against one that never stopped), and what says whether two
@@ -11,7 +12,6 @@ are not equal.
 """
 
 import json
-import os
 
 import numpy as np
 from absl import app
@@ -19,6 +19,7 @@ from absl import flags
 
 from common import cli
 from common import config_cli
+from common import storage
 from training.common import run_dir as run_dir_lib
 from training.formats import orbax_lora
 
@@ -31,21 +32,28 @@ class DifferentRuns(cli.UserError):
 
 
 def checkpoint_steps(run_dir):
-    root = os.path.join(run_dir, run_dir_lib.CHECKPOINTS)
-    if not os.path.isdir(root):
+    steps = sorted(int(name) for name in storage.listdir(
+        storage.join(run_dir, run_dir_lib.CHECKPOINTS)) if name.isdigit())
+    if not steps:
         raise DifferentRuns(f"{run_dir} has no checkpoints")
-    return sorted(int(name) for name in os.listdir(root) if name.isdigit())
+    return steps
 
 
 def step_metrics(run_dir):
     """{step: (loss, grad_norm)} of the run's metrics.jsonl (a resumed step: its last line)."""
     out = {}
-    with open(os.path.join(run_dir, run_dir_lib.METRICS), encoding="utf-8") as f:
-        for line in f:
-            record = json.loads(line)
-            if "loss" in record and "step" in record:
-                out[record["step"]] = (record["loss"], record.get("grad_norm"))
+    for line in storage.read_text(storage.join(run_dir, run_dir_lib.METRICS)).splitlines():
+        record = json.loads(line)
+        if "loss" in record and "step" in record:
+            out[record["step"]] = (record["loss"], record.get("grad_norm"))
     return out
+
+
+def _lora(run_dir, step):
+    """The LoRA factors of checkpoint `step` (a gs:// run's copied to the local cache)."""
+    lora = f"{run_dir_lib.CHECKPOINTS}/{step}/lora"
+    local = storage.fetch(run_dir, only=[lora])
+    return orbax_lora.read(storage.join(local, run_dir_lib.CHECKPOINTS, str(step)))
 
 
 def compare(first, second, step=None):
@@ -55,8 +63,7 @@ def compare(first, second, step=None):
     if step not in checkpoint_steps(second):
         raise DifferentRuns(f"{second} has no checkpoint at step {step} "
                             f"(it has {checkpoint_steps(second)})")
-    ours, theirs = (orbax_lora.read(os.path.join(run, run_dir_lib.CHECKPOINTS, str(step)))
-                    for run in (first, second))
+    ours, theirs = (_lora(run, step) for run in (first, second))
     if set(ours) != set(theirs):
         raise DifferentRuns(f"the runs' LoRA factors have other names: "
                             f"{sorted(set(ours) ^ set(theirs))[:5]}")

@@ -122,8 +122,8 @@ class TrainerTest(absltest.TestCase):
         self.assertNotEmpty(storage.listdir(storage.join(workdir, "compilation_cache")))
         # The same final LoRA, bit for bit, and the same losses and gradient norms
         # as the run that was never stopped (what //training/tpu:compare_runs says).
+        self.assertEqual(compare_runs.compare(self.reference, workdir), (STEPS, 72, STEPS))
         local = storage.fetch(workdir, only=[f"checkpoints/{STEPS}/lora", "metrics.jsonl"])
-        self.assertEqual(compare_runs.compare(self.reference, local), (STEPS, 72, STEPS))
         self.assertEqual(losses(workdir), losses(self.reference))
         # One loss changed in a copy is a difference it names.
         changed = os.path.join(self.create_tempdir().full_path, "run")

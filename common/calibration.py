@@ -19,13 +19,19 @@ class CalibrationError(cli.UserError):
     pass
 
 
+STEP = "step_seconds_over_roofline"  # the factor the planner scales step times by
+
+
 def roofline_seconds(predicted):
-    """A step's time at the chip's peak: XLA's counted FLOPs (plus the kernels'
-    counted by hand) at peak FLOP/s, or its counted bytes at the HBM bandwidth,
-    whichever takes longer."""
-    compute = (predicted["xla_flops"] + predicted.get("kernel_flops", 0.0)) / \
-        predicted["peak_flops_per_chip"]
-    return max(compute, predicted["xla_bytes_accessed"] / predicted["hbm_bytes_per_s"])
+    """A step's time at the chips' peak: the FLOPs (XLA's counted ones plus the
+    kernels' counted by hand on TPU; flops.py's compiled count on GPU, which
+    has no ahead-of-time compile) at peak FLOP/s, or XLA's counted bytes at the
+    HBM bandwidth, whichever takes longer; over `chips` chips (default 1)."""
+    chips = predicted.get("chips", 1)
+    flops = predicted.get("xla_flops", predicted.get("compiled_flops", 0.0))
+    compute = (flops + predicted.get("kernel_flops", 0.0)) / (chips * predicted["peak_flops_per_chip"])
+    memory = predicted.get("xla_bytes_accessed", 0.0) / (chips * predicted["hbm_bytes_per_s"])
+    return max(compute, memory)
 
 
 def runs(path=PATH):
@@ -35,6 +41,34 @@ def runs(path=PATH):
             return json.load(f)["runs"]
     except (OSError, ValueError, KeyError) as e:
         raise CalibrationError(f"{path}: not a calibration file ({e})") from None
+
+
+def platform(run):
+    """"tpu" or "gpu": the platform of a run's machine."""
+    return run["machine"].split("-")[0]
+
+
+def applicable(machine_platform, *, exclude=(), extra=(), path=PATH):
+    """The step factors that apply to a prediction for a machine of `machine_platform`:
+    (runs as dicts {id, machine, factor, source}, scope). The runs of that platform;
+    where there are none, those of every platform, and the scope says so. `extra`:
+    more runs in the same form (run directories measured by the user); `exclude`:
+    ids left out (a run held out to test the calibration on)."""
+    every = [{"id": run["id"], "machine": run["machine"], "factor": run["factors"][STEP],
+              "source": run.get("source", "common/calibration.json")}
+             for run in runs(path) if STEP in run["factors"]] + list(extra)
+    every = [run for run in every if run["id"] not in exclude]
+    same = [run for run in every if platform(run) == machine_platform]
+    if same:
+        return same, f"{machine_platform.upper()} runs"
+    return every, f"no {machine_platform.upper()} run: runs of other platforms"
+
+
+def spread(factors):
+    """(mean, lowest, highest) of the factors; None without any."""
+    if not factors:
+        return None
+    return sum(factors) / len(factors), min(factors), max(factors)
 
 
 def factors(name, machine=None, generation=None, path=PATH):

@@ -30,6 +30,10 @@ class CalibrationTest(absltest.TestCase):
             self.assertAlmostEqual(predicted["roofline_step_seconds"], roofline, places=3)
             self.assertAlmostEqual(factors["step_seconds_over_roofline"],
                                    measured["step_seconds"] / roofline, places=3)
+            if "hours" in measured:  # a published run: its hours over its steps
+                self.assertAlmostEqual(measured["step_seconds"],
+                                       measured["hours"] * 3600 / measured["steps"], places=3)
+                continue
             self.assertAlmostEqual(factors["bytes_per_chip_over_compile"],
                                    measured["bytes_per_chip"] / predicted["bytes_per_chip"],
                                    places=3)
@@ -43,10 +47,20 @@ class CalibrationTest(absltest.TestCase):
         self.assertEqual([run_id for run_id, _ in calibration.factors(
             "step_seconds_over_roofline", machine="tpu-v5litepod-1")],
             ["v5e-1x1-one_chip-2026-12-06"])
-        self.assertEqual(calibration.factors("step_seconds_over_roofline", machine="gpu-h100x2"),
-                         [])
+        self.assertEqual([run_id for run_id, _ in calibration.factors(
+            "step_seconds_over_roofline", machine="gpu-h100x2")], ["study-h100x2-2605.25645"])
         self.assertLen(calibration.factors("step_seconds_over_roofline", generation="v5e"), 1)
         self.assertEqual(calibration.factors("step_seconds_over_roofline", generation="v6e"), [])
+
+    def test_applicable_runs_by_platform(self):
+        runs, scope = calibration.applicable("tpu")
+        self.assertEqual({run["machine"] for run in runs}, {"tpu-v5litepod-1", "tpu-v5p-8"})
+        self.assertEqual(scope, "TPU runs")
+        runs, scope = calibration.applicable("gpu", exclude=["study-h100x2-2605.25645"])
+        self.assertLen(runs, 2)  # no GPU run left: every other platform's
+        self.assertIn("no GPU run", scope)
+        self.assertEqual(calibration.spread([2.0, 1.0, 3.0]), (2.0, 1.0, 3.0))
+        self.assertIsNone(calibration.spread([]))
 
     def test_a_file_that_is_not_one(self):
         path = self.create_tempfile(content="{\"run\": []}").full_path

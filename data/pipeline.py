@@ -194,7 +194,7 @@ def _summary(examples):
                   trained_tokens=sum(int(e.loss_mask.sum()) for e in examples))
 
 
-def _validation(config, tokenizer, examples):
+def split_validation(config, tokenizer, examples):
     """(training examples, validation examples, validation report); None without one."""
     other = bool(config.eval_source or config.eval_split)
     if config.eval_fraction and other:
@@ -224,7 +224,7 @@ def prepare(config, tokenizer, progress=None):
         raise sources.DataError(
             f"no token to train on: {report.rows_read} rows read, {report.kept} kept, "
             f"dropped {dict(report.dropped)}")
-    examples, held, eval_report = _validation(config, tokenizer, examples)
+    examples, held, eval_report = split_validation(config, tokenizer, examples)
     ordered = shuffled(examples, config.shuffle_seed, config.epochs)
     pad_id = tokenizer.pad_token_id
     return Prepared(to_sequences(ordered, config, pad_id), report,

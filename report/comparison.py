@@ -236,5 +236,29 @@ def build(runs, hours=(1.0, 24.0), input_len="4096"):
     return report
 
 
+def planned(training, plan):
+    """Each training row beside the plan of its machine (//report:plan's plan.json):
+    planned and measured hours, dollars and tokens/s, measured / planned, and
+    whether the measured hours fall in the plan's interval. Rows of machines the
+    plan did not plan (or found not to fit) are left out."""
+    by_machine = {p["machine"]: p for p in plan.get("plans", []) if p.get("fits")}
+    out = []
+    for row in training:
+        p = by_machine.get(row["machine"])
+        if p is None:
+            continue
+        hours = p["hours"]
+        out.append({
+            "label": row["label"], "machine": row["machine"],
+            "planned_hours": hours, "hours": row["hours"],
+            "hours_ratio": costs.ratio(row["hours"], hours["point"]),
+            "in_interval": hours["low"] <= row["hours"] <= hours["high"],
+            "planned_cost": (p.get("dollars") or {}).get("point"), "cost": row["cost"],
+            "planned_tokens_per_s": p["tokens_per_s"], "tokens_per_s": row["tokens_per_s"],
+            "tokens_per_s_ratio": costs.ratio(row["tokens_per_s"], p["tokens_per_s"]),
+            "calibration_runs": p["calibration"]["count"]})
+    return out
+
+
 def _hours_key(hours):
     return str(int(hours)) if float(hours).is_integer() else str(hours)

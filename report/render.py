@@ -11,8 +11,6 @@ An input that is missing is said to be missing, never filled in. With
 --reference the report also checks the paper's claims against its own inputs.
 """
 
-import base64
-import html
 import json
 import os
 
@@ -23,6 +21,7 @@ from common import cli
 from common import config_cli
 from common import storage
 from report import comparison
+from report import document
 from report import runs as runs_lib
 
 _CONFIG = config_cli.define_config_flag(__file__)
@@ -30,27 +29,15 @@ _RUNS = flags.DEFINE_list("runs", [], "Run directories: training, serving sweeps
 _REFERENCE = flags.DEFINE_bool("reference", False, "Report the reference study's published "
                                "figures instead of runs.")
 _OUT = flags.DEFINE_string("out", "report", "Where the report is written.")
-
-
-def _fmt(value, digits=2):
-    if value is None:
-        return "n/a"
-    if isinstance(value, float):
-        return f"{value:,.{digits}f}"
-    return str(value)
-
-
-def _duration(hours):
-    if hours is None:
-        return "n/a"
-    return f"{hours * 3600:,.0f} s" if hours < 1 else f"{hours:,.2f} h"
+_PLAN = flags.DEFINE_string("plan", "", "A plan of these runs (//report:plan's plan.json): "
+                            "the report shows planned beside measured.")
 
 
 def _share(hours, of):
     """`1,234 s (12%)`: a part of the billed time."""
     if hours is None:
         return "n/a"
-    return _duration(hours) + (f" ({100 * hours / of:.0f}%)" if of else "")
+    return document.duration(hours) + (f" ({100 * hours / of:.0f}%)" if of else "")
 
 
 def _by_basis(training):
@@ -60,12 +47,7 @@ def _by_basis(training):
     return out
 
 
-def _money(value):
-    return "n/a" if value is None else f"${value:,.2f}"
-
-
-# A report is a list of blocks, rendered to Markdown and to HTML alike:
-# ("h", level, text) ("p", text) ("table", header, rows) ("img", path, caption).
+# The report as blocks (report/document.py renders them).
 
 
 def _setup(setup):
@@ -94,14 +76,14 @@ def blocks(report, plots):
                           "trained tokens/s", "MFU", "last eval_loss", "$/hour", "$ per run",
                           "$ per 1M tokens", "$ per 1M trained tokens", "from"],
                 [[r["label"], r["machine"], _setup(r.get("setup") or {}),
-                  _duration(r["hours"]) + ("" if r["hours_basis"] == runs_lib.BILLED else " *"),
-                  _fmt(r["tokens_per_s"], 1),
-                  _fmt(r["trained_tokens_per_s"], 1),
+                  document.duration(r["hours"]) + ("" if r["hours_basis"] == runs_lib.BILLED else " *"),
+                  document.number(r["tokens_per_s"], 1),
+                  document.number(r["trained_tokens_per_s"], 1),
                   "n/a" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%",
                   "n/a" if r.get("eval_loss") is None else f"{r['eval_loss']:.4f}",
-                  _money(r["dollars_per_hour"]), _money(r["cost"]),
-                  _money(r["dollars_per_million_tokens"]),
-                  _money(r["dollars_per_million_trained_tokens"]), r["source"]]
+                  document.money(r["dollars_per_hour"]), document.money(r["cost"]),
+                  document.money(r["dollars_per_million_tokens"]),
+                  document.money(r["dollars_per_million_trained_tokens"]), r["source"]]
                  for r in report["training"]]))
     out.append(("p", "Billed time is what the machines were paid for: each training "
                      "process from its start to its end (a process killed outright: to its "
@@ -116,12 +98,27 @@ def blocks(report, plots):
     if billed:
         out.append(("table", ["run", "billed", "steps", "start-up (download, load, compile)",
                               "checkpoints", "evaluations", "lost work", "processes"],
-                    [[r["label"], _duration(r["hours"]), _share(r["step_hours"], r["hours"]),
+                    [[r["label"], document.duration(r["hours"]), _share(r["step_hours"], r["hours"]),
                       _share(r["startup_hours"], r["hours"]),
                       _share(r["checkpoint_hours"], r["hours"]),
                       _share(r["evaluation_hours"], r["hours"]),
                       _share(r["lost_hours"], r["hours"]) + f", {r['lost_steps']} steps",
                       str(r["segments"])] for r in billed]))
+    if report.get("planned"):
+        out.append(("table", ["run", "machine", "planned hours", "measured", "measured / "
+                              "planned", "in the interval", "planned $", "measured $",
+                              "planned tokens/s", "measured", "measured / planned",
+                              "calibration runs"],
+                    [[r["label"], r["machine"],
+                      f"{document.duration(r['planned_hours']['point'])} "
+                      f"({document.duration(r['planned_hours']['low'])} to "
+                      f"{document.duration(r['planned_hours']['high'])})",
+                      document.duration(r["hours"]), document.number(r["hours_ratio"]),
+                      "yes" if r["in_interval"] else "no", document.money(r["planned_cost"]),
+                      document.money(r["cost"]), document.number(r["planned_tokens_per_s"], 0),
+                      document.number(r["tokens_per_s"], 0),
+                      document.number(r["tokens_per_s_ratio"]), str(r["calibration_runs"])]
+                     for r in report["planned"]]))
     ratios = report["training_ratios"]
     if ratios["gpu_cost_over_tpu"] is not None:
         out.append(("p", caveat + f"GPU training costs {ratios['gpu_cost_over_tpu']:.2f}x the TPU's; "
@@ -137,9 +134,9 @@ def blocks(report, plots):
     for s in report["serving"]:
         for length, v in s["input_lengths"].items():
             ttft = v["median_ttft_ms_by_rate"]
-            rows.append([s["label"], s["machine"], length, _fmt(v["peak_output_tok_s"], 1),
-                         _fmt(v["saturation_rate"]), _money(v["dollars_per_million_output_tokens"]),
-                         ", ".join(f"{rate}: {_fmt(ms, 0)}" for rate, ms in ttft.items()) or "n/a",
+            rows.append([s["label"], s["machine"], length, document.number(v["peak_output_tok_s"], 1),
+                         document.number(v["saturation_rate"]), document.money(v["dollars_per_million_output_tokens"]),
+                         ", ".join(f"{rate}: {document.number(ms, 0)}" for rate, ms in ttft.items()) or "n/a",
                          s["source"]])
     out.append(("table", ["run", "machine", "input tokens", "peak output tok/s",
                           "saturation (req/s)", "$ per 1M output tokens",
@@ -154,12 +151,12 @@ def blocks(report, plots):
         out.append(("table", ["platform", "training", "serving $/hour",
                               *[f"training + {h} h" for h in hours],
                               f"$ per 1M output tokens ({own['input_len']} in)", "from"],
-                    [[name, _money(p["training_cost"]), _money(p["serving_dollars_per_hour"]),
-                      *[_money(p["at_hours"][h]) for h in hours],
-                      _money(p["dollars_per_million_output_tokens"]), ", ".join(p["sources"])]
+                    [[name, document.money(p["training_cost"]), document.money(p["serving_dollars_per_hour"]),
+                      *[document.money(p["at_hours"][h]) for h in hours],
+                      document.money(p["dollars_per_million_output_tokens"]), ", ".join(p["sources"])]
                      for name, p in own["platforms"].items()]))
         if "gpu_over_tpu_at_hours" in own:
-            text = caveat + "GPU / TPU: " + ", ".join(f"{_fmt(r)}x at {h} h" for h, r in
+            text = caveat + "GPU / TPU: " + ", ".join(f"{document.number(r)}x at {h} h" for h, r in
                                              own["gpu_over_tpu_at_hours"].items())
             cross = own.get("crossover_hours")
             text += (f"; the two cost the same after {cross:.1f} h of serving" if cross
@@ -176,63 +173,19 @@ def blocks(report, plots):
     out.append(("h", 2, "Quality (VerilogEval spec-to-rtl)"))
     out.append(("table", ["model", "protocol", "pass@k", "95% interval", "problems", "from"],
                 [[q["label"], q["protocol"] or "n/a",
-                  ", ".join(f"pass@{k} {_fmt(v, 3)}" for k, v in q["pass_at_k"].items()),
-                  ", ".join(f"pass@{k} [{_fmt(lo, 3)}, {_fmt(hi, 3)}]"
+                  ", ".join(f"pass@{k} {document.number(v, 3)}" for k, v in q["pass_at_k"].items()),
+                  ", ".join(f"pass@{k} [{document.number(lo, 3)}, {document.number(hi, 3)}]"
                             for k, (lo, hi) in q["interval_95"].items()) or "n/a",
-                  _fmt(q["problems"]), q["source"]] for q in report["quality"]]))
+                  document.number(q["problems"]), q["source"]] for q in report["quality"]]))
     for d in report["quality_differences"]:
         out.append(("p", f"Solved by {d['a']} only: {', '.join(d['only_a']) or 'none'}. "
                          f"Solved by {d['b']} only: {', '.join(d['only_b']) or 'none'}."))
     if report.get("checks") is not None:
         out.append(("h", 2, "The paper's claims against its own inputs"))
         out.append(("table", ["claim", "published", "from its inputs", "follows"],
-                    [[c["claim"], _fmt(c["published"]), _fmt(c["recomputed"], 3),
+                    [[c["claim"], document.number(c["published"]), document.number(c["recomputed"], 3),
                       "yes" if c["holds"] else "NO"] for c in report["checks"]]))
     return out
-
-
-def markdown(doc):
-    lines = []
-    for block in doc:
-        if block[0] == "h":
-            lines += ["#" * block[1] + " " + block[2], ""]
-        elif block[0] == "p":
-            lines += [block[1], ""]
-        elif block[0] == "table":
-            _, header, rows = block
-            lines.append("| " + " | ".join(header) + " |")
-            lines.append("|" + "---|" * len(header))
-            lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in rows]
-            lines.append("")
-        elif block[0] == "img":
-            lines += [f"![{block[2]}]({os.path.basename(block[1])})", ""]
-    return "\n".join(lines)
-
-
-def html_page(doc):
-    parts = ["<!doctype html><html><head><meta charset='utf-8'><title>TPU vs GPU</title>"
-             "<style>body{font-family:sans-serif;max-width:1100px;margin:2em auto}"
-             "table{border-collapse:collapse;margin:1em 0;font-size:90%}"
-             "td,th{border:1px solid #bbb;padding:3px 6px}img{max-width:100%}</style>"
-             "</head><body>"]
-    for block in doc:
-        if block[0] == "h":
-            parts.append(f"<h{block[1]}>{html.escape(block[2])}</h{block[1]}>")
-        elif block[0] == "p":
-            parts.append(f"<p>{html.escape(block[1])}</p>")
-        elif block[0] == "table":
-            _, header, rows = block
-            parts.append("<table><tr>" + "".join(f"<th>{html.escape(h)}</th>" for h in header)
-                         + "</tr>" + "".join("<tr>" + "".join(f"<td>{html.escape(str(c))}</td>"
-                                                                 for c in row) + "</tr>"
-                                             for row in rows) + "</table>")
-        elif block[0] == "img":
-            with open(block[1], "rb") as f:
-                data = base64.b64encode(f.read()).decode()
-            parts.append(f"<figure><img alt='{html.escape(block[2])}' "
-                         f"src='data:image/png;base64,{data}'>"
-                         f"<figcaption>{html.escape(block[2])}</figcaption></figure>")
-    return "".join(parts) + "</body></html>\n"
 
 
 def plot(report, runs, out_dir):
@@ -305,7 +258,8 @@ def _write_local(report, runs, out_dir):
     plots = plot(report, runs, out_dir)
     doc = blocks(report, plots)
     files = {"report.json": json.dumps(report, indent=2) + "\n",
-             "report.md": markdown(doc) + "\n", "report.html": html_page(doc)}
+             "report.md": document.markdown(doc) + "\n",
+             "report.html": document.html_page(doc)}
     for name, text in files.items():
         path = os.path.join(out_dir, name)
         with open(path + ".tmp", "w") as f:
@@ -323,6 +277,15 @@ def main(argv):
             else runs_lib.load([config_cli.user_path(d) for d in _RUNS.value]))
     config = _CONFIG.value
     report = comparison.build(runs, hours=config.tco_hours, input_len=config.tco_input_len)
+    if _PLAN.value:
+        plan_path = config_cli.user_path(_PLAN.value)
+        try:
+            plan = storage.read_json(plan_path)
+        except (OSError, ValueError) as e:
+            raise runs_lib.RunsError(f"--plan={_PLAN.value}: cannot read the plan ({e})") from None
+        report["planned"] = comparison.planned(report["training"], plan)
+        if not report["planned"]:
+            report["missing"].append(f"no run on a machine {_PLAN.value} plans")
     out_dir = config_cli.user_path(_OUT.value)
     storage.probe(out_dir)
     config_cli.write_resolved_config(config, out_dir)

@@ -56,6 +56,7 @@ JAX_PLATFORMS=cpu too, .bazelrc).
 """
 
 import gc
+import json
 import logging
 import os
 import resource
@@ -129,6 +130,31 @@ def lower_step(dims, config, devices, scan_unroll=1):
     batch, key = state_lib.abstract_inputs(state, config)
     return state.step.train.lower(state.lora, state.opt_state, state.base, state.rngs, batch,
                                   key)
+
+
+def reference_config(config, chips):
+    """`config` changed to the reference's step at the same sequence length, on
+    `chips` chips: tp=4 (fsdp over the rest), one row per replica, 8 padded rows
+    per step, remat, dense attention, all logits at once, and dropout masks from
+    JAX's default generator (threefry2x32), as Tunix draws them. Its LoRA
+    factors are float32, as ours (Qwix's default, the reference's, is bf16)."""
+    reference = config.copy_and_resolve_references()
+    reference.mesh.fsdp, reference.mesh.tp = max(1, chips // 4), 4
+    reference.batch.per_device_size, reference.batch.effective_size = 1, 8
+    reference.data.packing = False
+    reference.remat, reference.attention.kernel, reference.loss_chunk = True, "dense", 0
+    # (libtpu's per-chip generator flag, if ours asks for it, is the process's,
+    # but threefry draws no generator's bits.)
+    reference.dropout_rng, reference.dropout_rng_per_chip = "threefry2x32", False
+    return reference
+
+
+def compiled_shape(config):
+    """What the compiled step depends on: the config without its data, but for the
+    sequence length (padded and packed rows of one length compile alike)."""
+    shape = {name: value for name, value in config.to_dict().items() if name != "data"}
+    return json.dumps({**shape, "seq_len": config.data.max_seq_len}, sort_keys=True,
+                      default=str)
 
 
 def memory_figures(analysis):

@@ -98,31 +98,6 @@ def _fractions(config, base_name, non_padding, trained):
     return measured_fractions(config, base_name)
 
 
-def reference_config(config, chips):
-    """`config` changed to the reference's step at the same sequence length, on
-    `chips` chips: tp=4 (fsdp over the rest), one row per replica, 8 padded rows
-    per step, remat, dense attention, all logits at once, and dropout masks from
-    JAX's default generator (threefry2x32), as Tunix draws them. Its LoRA
-    factors are float32, as ours (Qwix's default, the reference's, is bf16)."""
-    reference = config.copy_and_resolve_references()
-    reference.mesh.fsdp, reference.mesh.tp = max(1, chips // 4), 4
-    reference.batch.per_device_size, reference.batch.effective_size = 1, 8
-    reference.data.packing = False
-    reference.remat, reference.attention.kernel, reference.loss_chunk = True, "dense", 0
-    # (libtpu's per-chip generator flag, if ours asks for it, is the process's,
-    # but threefry draws no generator's bits.)
-    reference.dropout_rng, reference.dropout_rng_per_chip = "threefry2x32", False
-    return reference
-
-
-def compiled_shape(config):
-    """What the compiled step depends on: the config without its data, but for the
-    sequence length (padded and packed rows of one length compile alike)."""
-    shape = {name: value for name, value in config.to_dict().items() if name != "data"}
-    return json.dumps({**shape, "seq_len": config.data.max_seq_len}, sort_keys=True,
-                      default=str)
-
-
 def main(argv):
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
@@ -168,12 +143,12 @@ def main(argv):
         unrolled.scan_layers = not config.scan_layers
         plans.append((unrolled, _NON_PADDING.value, _TRAINED.value, False))
     if _COMPARE.value:
-        plans.insert(0, (reference_config(config, machine.chips), _REF_NON_PADDING.value,
+        plans.insert(0, (aot.reference_config(config, machine.chips), _REF_NON_PADDING.value,
                          _REF_TRAINED.value, True))
     measured = {}  # compiled_shape -> what XLA measured
     for plan_config, non_padding, trained, is_reference in plans:
         non_padding, trained = _fractions(plan_config, tokenizer_source, non_padding, trained)
-        key = compiled_shape(plan_config)
+        key = aot.compiled_shape(plan_config)
         if key not in measured:
             accumulation, micro_batch, seq_len = mesh_plan.batch_shape(plan_config)
             print(f"compiling {'the reference step' if is_reference else 'the step'} for "

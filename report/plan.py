@@ -1,0 +1,397 @@
+"""Predicts hours and dollars of a fine-tune on each machine before renting one.
+
+    bazel run //report:plan -- --config.data.source=my.jsonl --out=plan
+    bazel run //report:plan -- --machines=tpu-v5p-8,tpu-v6e-8,gpu-h100x2 --budget=100
+
+Reads the recipe's data once (--config: report/configs/recipe.py, whose fields
+each machine's own config takes: data, LoRA, optimizer, effective batch,
+base), then for every machine (default: every TPU machine with a config for
+the real base in training/tpu/configs, and every GPU machine, from
+training/gpu/configs' config for its size or h100x2.py's with one process per
+GPU) plans the run (report/planning.py): fits or why not, optimizer steps,
+step time, billed hours and dollars on demand and on spot with the interval of
+the measured runs that calibrate it, tokens/s, MFU, what limits it. Writes
+OUT/plan.json, plan.md, plan.html and plan.png (hours against dollars, the
+intervals as bars) and prints the table. TPU compiles are kept in --cache_dir,
+so a second plan of the same inputs compiles nothing.
+
+The report shows a finished run's measured figures beside its plan:
+`bazel run //report:report -- --runs=RUN --plan=OUT/plan.json`.
+"""
+
+import json
+import logging
+import os
+
+from absl import app
+from absl import flags
+from absl import logging as absl_logging
+
+from common import cli
+from common import config_cli
+from common import machines
+from common import storage
+from report import document
+from report import planning
+
+_CONFIG = config_cli.define_config_flag(__file__, default="recipe.py")
+_MACHINES = flags.DEFINE_list("machines", [], "Machines to plan (common/machines.py names); "
+                              "default: every training machine with a config.")
+_OUT = flags.DEFINE_string("out", "plan", "Where plan.json, .md, .html and .png go.")
+_TOKENIZER = flags.DEFINE_string(
+    "tokenizer", "", "The tokenizer the data is counted with: a Hub id or directory; "
+    "default: the base's; `embedded`: the repository's own (offline, Gemma 4's special tokens "
+    "and chat template, a smaller vocabulary: counts differ from Gemma 4's by a few percent).")
+_CACHE = flags.DEFINE_string(
+    "cache_dir", os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                              "gemma4-toolkit", "plan"),
+    "Where TPU compile results are kept (empty: nowhere).")
+_CALIBRATE = flags.DEFINE_list(
+    "calibrate_with", [], "Finished training run directories whose measured steps calibrate "
+    "the plan beside common/calibration.json's runs.")
+_EXCLUDE = flags.DEFINE_list("exclude_runs", [], "Calibration run ids left out (to test the "
+                             "calibration on a run it did not see).")
+_REFERENCE = flags.DEFINE_bool(
+    "reference_settings", False, "Plan the reference study's settings: padded rows, and on "
+    "TPU its step (tp=4, one row per replica, remat, dense attention, threefry masks).")
+_DEADLINE = flags.DEFINE_float("deadline_hours", None, "Mark the machines that finish in time.")
+_BUDGET = flags.DEFINE_float("budget", None, "Mark the machines within this many dollars.")
+_DOWNLOAD = flags.DEFINE_float("download_gbytes_per_s", 0.2, "Assumed download rate of the "
+                               "base (decimal GB/s) from the Hub or a bucket.")
+_WARM = flags.DEFINE_bool("warm_compile_cache", False, "The TPU run finds its compilation "
+                          "cache warm (a resumed run): no compile time billed.")
+_CHECK = flags.DEFINE_bool(
+    "check_extrapolation", False, "Also compile every extrapolated TPU step whole and print "
+    "the extrapolation's error (minutes and GBs of host memory for 60 unrolled layers).")
+
+TPU_CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "training", "tpu",
+                           "configs")
+GPU_CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "training", "gpu",
+                           "configs")
+GPU_TEMPLATE = "h100x2.py"
+
+
+def _configs(directory):
+    """{machine name: (file, config)} of a configs folder, real bases only."""
+    from training.formats import base_model  # pylint: disable=import-outside-toplevel
+    found = {}
+    for name in sorted(os.listdir(directory)):
+        if name.endswith(".py") and not name.startswith("_"):
+            config = config_cli.load(name, directory)
+            if config.model.name not in (base_model.TINY, base_model.RANDOM):
+                found.setdefault(config.machine, (name, config))
+    return found
+
+
+def machine_configs(names):
+    """[(machine, config file, its config)] for the machines asked for."""
+    tpu, gpu = _configs(TPU_CONFIGS), _configs(GPU_CONFIGS)
+    if not names:
+        names = list(tpu) + [m.name for m in machines.MACHINES.values() if m.platform == "gpu"]
+    out = []
+    for name in names:
+        machine = machines.get(name)  # an unknown name is an error here
+        if machine.platform == "tpu":
+            if name not in tpu:
+                raise planning.PlanError(
+                    f"no TPU config for {name} in training/tpu/configs (its mesh and batch "
+                    f"split); configs exist for {', '.join(sorted(tpu))}")
+            out.append((machine, *tpu[name]))
+        elif machine.platform == "gpu":
+            file, config = gpu.get(name) or (GPU_TEMPLATE, gpu[machines.get("gpu-h100x2").name][1])
+            config = config.copy_and_resolve_references()
+            config.machine, config.num_processes = name, machine.chips
+            out.append((machine, file if name in gpu else f"{GPU_TEMPLATE} on {machine.chips} GPUs",
+                        config))
+        else:
+            raise planning.PlanError(f"{name}: a CPU machine has nothing to plan")
+    return out
+
+
+def _tokenizer(name):
+    if name == "embedded":
+        from data import tokenizer  # pylint: disable=import-outside-toplevel
+        return tokenizer.build_tokenizer()
+    from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
+    try:
+        return AutoTokenizer.from_pretrained(name)
+    except Exception as e:  # network, auth, a directory without a tokenizer alike
+        raise planning.PlanError(f"cannot load the tokenizer of {name} to count the data "
+                                 f"({e}); pass --tokenizer=embedded to count offline") from e
+
+
+def _dims(config):
+    from training.formats import base_model  # pylint: disable=import-outside-toplevel
+    from training.formats import gemma4_map  # pylint: disable=import-outside-toplevel
+    if config.model.name == base_model.RANDOM:
+        from training.formats import random_model  # pylint: disable=import-outside-toplevel
+        return gemma4_map.Dims.from_hf_config(random_model.spec_config(config.model.random))
+    if config.model.name == base_model.TINY:
+        raise planning.PlanError("the tiny CPU model has no machine to plan for: set "
+                                 "--config.model.name to a real base")
+    name = config.model.name
+    hf_config, _ = base_model.config_only(config_cli.user_path(name) if os.path.exists(
+        config_cli.user_path(name)) else name)
+    return gemma4_map.Dims.from_hf_config(hf_config)
+
+
+def _reference(config, machine):
+    if machine.platform == "tpu":
+        from training.tpu import aot  # pylint: disable=import-outside-toplevel
+        return aot.reference_config(config, machine.chips)
+    config = config.copy_and_resolve_references()
+    config.data.packing, config.remat, config.batch.per_device_size = False, True, 1
+    return config
+
+
+def _check(plan, machine, config, dims, layout, cache):
+    """The extrapolated step against the whole step's compile."""
+    whole = planning.tpu_step(machine, config, dims, layout, cache, whole=True)
+    pairs = {"bytes_per_chip": (plan["bytes_per_device"], whole.bytes_per_device),
+             "roofline_seconds": (plan["roofline_seconds"], whole.roofline_seconds),
+             "xla_flops": (plan["step"]["xla_flops"], whole.details["xla_flops"]),
+             "xla_bytes_accessed": (plan["step"]["xla_bytes_accessed"],
+                                    whole.details["xla_bytes_accessed"])}
+    return {name: {"extrapolated": a, "whole": b, "error": a / b - 1}
+            for name, (a, b) in pairs.items()}
+
+
+def run_factor(run_dir, cache):
+    """A finished run as a calibration run: its median step (metrics.jsonl, after
+    the first, which compiles) over the roofline of its own config's step."""
+    from common import jsonl  # pylint: disable=import-outside-toplevel
+    try:
+        config = config_cli.read_resolved_config(run_dir)
+        records, _ = jsonl.read(os.path.join(run_dir, "metrics.jsonl"))
+    except (OSError, ValueError, storage.StorageError) as e:
+        raise planning.PlanError(f"--calibrate_with={run_dir}: not a finished training run "
+                                 f"directory ({e})") from None
+    seconds = sorted(r["step_time_s"] for r in records if "step_time_s" in r)[1:]
+    if not seconds:
+        raise planning.PlanError(f"--calibrate_with={run_dir}: metrics.jsonl holds fewer than "
+                                 "two steps")
+    machine = machines.get(config.machine)
+    config = config.copy_and_resolve_references()
+    dims = _dims(config)
+    if machine.platform == "tpu":
+        fractions = {"non_padding_fraction": 1.0, "trained_fraction": 1.0}  # no role in it
+        roofline = planning.tpu_step(machine, config, dims, fractions, cache).roofline_seconds
+    else:
+        roofline = planning.gpu_step(machine, config, dims).roofline_seconds
+    median = seconds[len(seconds) // 2]
+    return {"id": os.path.basename(os.path.normpath(run_dir)), "machine": machine.name,
+            "factor": median / roofline, "source": run_dir}
+
+
+def make_plan(recipe, names, *, tokenizer_name, cache_dir, run_dirs=(), exclude=(),
+              reference=False, deadline=None, budget=None, download=0.2, warm=False,
+              check=False):
+    """The plan as a dict (plan.json)."""
+    from training.tpu import extrapolate  # pylint: disable=import-outside-toplevel
+    chosen = machine_configs(names)
+    dims = _dims(recipe)
+    cache = extrapolate.Cache(cache_dir)
+    extra = [run_factor(d, cache) for d in run_dirs]
+    tokenizer = _tokenizer(tokenizer_name or recipe.model.name)
+    print(f"reading {recipe.data.source}...", flush=True)
+    data = planning.read_data(recipe.data, tokenizer)
+    rates = planning.measured_rates(download, warm)
+    plans = []
+    for machine, file, machine_config in chosen:
+        config = planning.apply_recipe(machine_config, recipe)
+        if reference:
+            config = _reference(config, machine)
+        planning.hparams_check(config, machine)
+        layout = planning.layout(data, config)
+        print(f"planning {machine.name} ({file})...", flush=True)
+        if machine.platform == "tpu":
+            step = planning.tpu_step(machine, config, dims, layout, cache)
+        else:
+            step = planning.gpu_step(machine, config, dims)
+        plan = planning.plan_machine(machine, config, dims, layout, step, rates,
+                                     exclude=exclude, extra=extra)
+        plan["config"] = file
+        if check and step.details.get("extrapolated"):
+            plan["extrapolation_check"] = _check(plan, machine, config, dims, layout, cache)
+        plans.append(plan)
+    ranking = planning.mark(plans, deadline, budget)
+    report = data.report
+    return {"recipe": planning.recipe_summary(recipe), "reference_settings": reference,
+            "data": {"source": recipe.data.source, "rows_read": report.rows_read,
+                     "kept": report.kept, "dropped": dict(report.dropped),
+                     "tokenizer": tokenizer_name or recipe.model.name},
+            "rates": vars(rates), "deadline_hours": deadline, "budget": budget,
+            "plans": plans, "ranking": ranking,
+            "cache": {"dir": cache_dir, "hits": cache.hits, "compiled": cache.misses}}
+
+
+def _interval(value, fmt):
+    if value is None:
+        return "n/a"
+    if abs(value["high"] - value["low"]) < 1e-9 * max(abs(value["point"]), 1):
+        return fmt(value["point"])
+    return f"{fmt(value['point'])} ({fmt(value['low'])} to {fmt(value['high'])})"
+
+
+def _hours(hours):
+    return document.duration(hours)
+
+
+def table_rows(plan):
+    rows = []
+    for p in plan["plans"]:
+        if not p["fits"]:
+            rows.append([p["machine"], "no: " + p["why"], *["-"] * 9])
+            continue
+        calibration = p["calibration"]
+        rows.append([
+            p["machine"], "yes", f"{p['layout']['steps']:,}", _interval(p["step_seconds"], lambda
+                                                                         s: f"{s:.2f} s"),
+            _interval(p["hours"], _hours), _interval(p["dollars"], document.money),
+            _interval(p["spot_dollars"], document.money),
+            f"{p['tokens_per_s']:,.0f}", f"{100 * p['mfu']:.1f}%" if p["mfu"] else "n/a",
+            p["bound"],
+            f"{calibration['count']} ({calibration['scope']})"])
+    return rows
+
+
+HEADER = ["machine", "fits", "steps", "step", "billed hours", "on demand", "spot",
+          "tokens/s", "MFU", "limited by", "calibration runs"]
+
+
+def blocks(plan, image):
+    data = plan["data"]
+    out = [("h", 1, "Plan: Gemma 4 LoRA fine-tune"),
+           ("p", f"Data: {data['source']}, {data['kept']:,} of {data['rows_read']:,} rows kept "
+                 f"(dropped {data['dropped'] or 'none'}), counted with {data['tokenizer']}'s "
+                 "tokenizer." + (" Settings: the reference study's." if
+                                 plan["reference_settings"] else "")),
+           ("table", HEADER, table_rows(plan)),
+           ("p", "Ranked by dollars: " + (", ".join(plan["ranking"]["by_dollars"]) or "none") +
+                 ". By hours: " + (", ".join(plan["ranking"]["by_hours"]) or "none") + "."),
+           ("p", "Each step is the roofline of the compiled step (TPU: XLA's counted FLOPs and "
+                 "bytes at the chips' peak and HBM bandwidth; GPU: the compiled FLOPs at peak) "
+                 "times the mean measured/roofline factor of the runs that calibrate it; the "
+                 "range is their lowest and highest factor. A range that is a single value "
+                 "rests on one run. Billed hours add the download, loading, compile, checkpoint "
+                 "saves and validation (below).")]
+    if plan["deadline_hours"] is not None or plan["budget"] is not None:
+        out.append(("table", ["machine", f"deadline {plan['deadline_hours']} h",
+                              f"budget ${plan['budget']}"],
+                    [[p["machine"], p["meets_deadline"] or "-", p["within_budget"] or "-"]
+                     for p in plan["plans"]]))
+        out.append(("p", "yes: the whole interval meets it; maybe: the point does, not the "
+                         "high end; no: neither (or it does not fit)."))
+    out.append(("h", 2, "Billed time"))
+    out.append(("table", ["machine", "download", "load", "compile", "steps", "checkpoints",
+                          "validation", "total"],
+                [[p["machine"], *[document.duration(p["billed_seconds"][k] / 3600) for k in
+                                  ("download", "load", "compile", "steps", "checkpoints",
+                                   "evaluation", "total")]]
+                 for p in plan["plans"] if p["fits"]]))
+    rates = plan["rates"]
+    out.append(("p", f"Download at {rates['download_gbps']} GB/s (assumed: "
+                     "--download_gbytes_per_s); loading at "
+                     f"{rates['load_gbps']:.3f} GB/s and checkpoint saves at "
+                     f"{rates['checkpoint_gbps']:.3f} GB/s, measured on {rates['source']}; "
+                     "compile: the plan's own compile on this host, extended to the whole "
+                     "model" + (" (zero: --warm_compile_cache)" if rates["warm_compile_cache"]
+                                else "") + "; GPU runs compile nothing (eager PyTorch)."))
+    out.append(("h", 2, "Calibration"))
+    rows = []
+    for p in plan["plans"]:
+        for run in p["calibration"]["runs"]:
+            rows.append([p["machine"], run["id"], run["machine"], f"{run['factor']:.3f}",
+                         run["source"]])
+    out.append(("table", ["plan", "run", "its machine", "measured / roofline", "from"], rows))
+    if image:
+        out.append(("img", image, "billed hours against on-demand dollars, with the "
+                                  "calibration's intervals"))
+    checks = [(p["machine"], p["extrapolation_check"]) for p in plan["plans"]
+              if p.get("extrapolation_check")]
+    if checks:
+        out.append(("h", 2, "Extrapolation against the whole compile"))
+        out.append(("table", ["machine", "figure", "extrapolated", "whole", "error"],
+                    [[m, name, f"{v['extrapolated']:.5g}", f"{v['whole']:.5g}",
+                      f"{100 * v['error']:+.2f}%"] for m, c in checks for name, v in c.items()]))
+    cannot = [p for p in plan["plans"] if not p["fits"]]
+    if cannot:
+        out.append(("h", 2, "Does not fit"))
+        for p in cannot:
+            out.append(("p", f"{p['machine']}: {p['why']}."))
+    return out
+
+
+def plot(plan, out_dir):
+    """hours against dollars, one point per priced machine: the PNG's path, or None."""
+    priced = [p for p in plan["plans"] if p["fits"] and p["dollars"]]
+    if not priced:
+        return None
+    import matplotlib  # pylint: disable=import-outside-toplevel
+    matplotlib.use("Agg")
+    from matplotlib import pyplot as plt  # pylint: disable=import-outside-toplevel
+    figure, axis = plt.subplots(figsize=(7, 4.5))
+    for p in priced:
+        hours, dollars = p["hours"], p["dollars"]
+        axis.errorbar([hours["point"]], [dollars["point"]],
+                      xerr=[[hours["point"] - hours["low"]], [hours["high"] - hours["point"]]],
+                      yerr=[[dollars["point"] - dollars["low"]],
+                            [dollars["high"] - dollars["point"]]],
+                      fmt="o" if p["platform"] == "tpu" else "s", capsize=4, label=p["machine"])
+    if plan["deadline_hours"] is not None:
+        axis.axvline(plan["deadline_hours"], linestyle="--", color="grey")
+    if plan["budget"] is not None:
+        axis.axhline(plan["budget"], linestyle="--", color="grey")
+    axis.set_xlabel("billed hours")
+    axis.set_ylabel("$ on demand")
+    axis.legend(fontsize=8)
+    path = os.path.join(out_dir, "plan.png")
+    figure.savefig(path, dpi=100, bbox_inches="tight")
+    plt.close(figure)
+    return path
+
+
+def write(plan, out_dir):
+    mirror = storage.Mirror(out_dir, clear=True)
+    local = mirror.local
+    os.makedirs(local, exist_ok=True)
+    image = plot(plan, local)
+    doc = blocks(plan, image)
+    files = {"plan.json": json.dumps(plan, indent=2) + "\n",
+             "plan.md": document.markdown(doc) + "\n",
+             "plan.html": document.html_page(doc, title="Plan")}
+    for name, text in files.items():
+        path = os.path.join(local, name)
+        with open(path + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)
+    mirror.push()
+    return [storage.join(out_dir, name) for name in [*files, *(["plan.png"] if image else [])]]
+
+
+def main(argv):
+    if len(argv) > 1:
+        raise app.UsageError(f"unexpected arguments: {argv[1:]}")
+    absl_logging.set_verbosity(absl_logging.WARNING)
+    logging.getLogger("training").setLevel(logging.INFO)
+    from training.tpu import aot  # pylint: disable=import-outside-toplevel
+    aot.use_libtpu()  # before anything starts JAX
+    out_dir = config_cli.user_path(_OUT.value)
+    storage.probe(out_dir)
+    plan = make_plan(
+        _CONFIG.value, _MACHINES.value, tokenizer_name=_TOKENIZER.value,
+        cache_dir=config_cli.user_path(_CACHE.value) if _CACHE.value else "",
+        run_dirs=[config_cli.user_path(d) for d in _CALIBRATE.value],
+        exclude=_EXCLUDE.value, reference=_REFERENCE.value, deadline=_DEADLINE.value,
+        budget=_BUDGET.value, download=_DOWNLOAD.value, warm=_WARM.value,
+        check=_CHECK.value)
+    rows = [HEADER] + table_rows(plan)
+    widths = [max(len(str(r[i])) for r in rows) for i in range(len(HEADER))]
+    for row in rows:
+        print("  ".join(str(c).ljust(w) for c, w in zip(row, widths)).rstrip())
+    for path in write(plan, out_dir):
+        print(path)
+
+
+if __name__ == "__main__":
+    cli.run(main)

@@ -1,0 +1,273 @@
+"""The planner: extrapolation per layer, its cache, the calibration arithmetic,
+configs that do not fit, the data's steps, and bad input as one error line."""
+
+import dataclasses
+import json
+import os
+import subprocess
+import sys
+from unittest import mock
+
+from training.tpu import aot
+
+aot.use_libtpu()  # before JAX starts
+
+# pylint: disable=wrong-import-position
+import numpy as np
+from absl.testing import absltest
+
+from common import binaries
+from common import calibration
+from common import config_cli
+from common import machines
+from report import comparison
+from report import plan as plan_lib
+from report import planning
+from training.formats import base_model
+from training.formats import gemma4_map
+from training.tpu import extrapolate
+from training.tpu.configs import v5p8
+
+H100X1, H100X2 = machines.get("gpu-h100x1"), machines.get("gpu-h100x2")
+
+
+def dims_31b(layers=None):
+    hf_config, _ = base_model.config_only("google/gemma-4-31B-it")
+    dims = gemma4_map.Dims.from_hf_config(hf_config)
+    return dims if layers is None else extrapolate.cut(dims, layers)
+
+
+def small_dims(blocks):
+    """`blocks` repeats of a sliding and a global layer of 31B at a few MB."""
+    types = dims_31b().layer_types
+    return dataclasses.replace(dims_31b(), layer_types=(types[0], types[5]) * blocks, vocab=1024, embed=256, mlp=512, heads=8,
+                               kv_heads=4, global_kv_heads=4, head_dim=64, global_head_dim=128)
+
+
+def small_config():
+    config = v5p8.get_config()
+    config.data.max_seq_len = 256
+    config.attention.block = 128
+    return config
+
+
+def gpu_config(**overrides):
+    config = plan_lib.machine_configs(["gpu-h100x2"])[0][2]
+    config.update_from_flattened_dict(overrides)
+    return config
+
+
+def rates():
+    return planning.Rates(download_gbps=0.5, load_gbps=0.25, checkpoint_gbps=1.0)
+
+
+def layout(steps=100, seq_len=3072):
+    return {"examples": 8 * steps, "sequences": 8 * steps, "steps": steps, "seq_len": seq_len,
+            "packed": True, "tokens": 0, "trained_tokens": 0, "non_padding_fraction": 0.9,
+            "trained_fraction": 0.2, "eval_sequences": 0}
+
+
+class ExtrapolationTest(absltest.TestCase):
+
+    def test_two_blocks_extend_to_three_within_three_percent_and_are_cached(self):
+        dims, config = small_dims(3), small_config()
+        self.assertEqual(extrapolate.sizes(dims, config), (2, 4))
+        config.scan_layers = True
+        self.assertIsNone(extrapolate.sizes(dims, config))  # scanned: compiled whole
+        config.scan_layers = False
+        machine = machines.get("tpu-v5p-8")
+        cache = extrapolate.Cache(self.create_tempdir().full_path)
+        extended = extrapolate.compile_step(dims, config, machine, cache)
+        self.assertEqual(extended["extrapolated"]["from_layers"], [2, 4])
+        self.assertEqual(cache.misses, 2)
+        whole = extrapolate.compile_step(dims, config, machine, cache, whole=True)
+        self.assertIsNone(whole["extrapolated"])
+        for name in ("xla_flops", "xla_bytes_accessed"):
+            self.assertAlmostEqual(extended[name] / whole[name], 1, delta=0.03, msg=name)
+        self.assertAlmostEqual(aot.per_chip_bytes(extended["memory"]) /
+                               aot.per_chip_bytes(whole["memory"]), 1, delta=0.03)
+        # A second plan of the same inputs compiles nothing.
+        with mock.patch.object(aot, "compile_step", side_effect=AssertionError("compiled")):
+            again = extrapolate.compile_step(dims, config, machine, cache)
+        self.assertTrue(again["cached"])
+        self.assertEqual(again["xla_flops"], extended["xla_flops"])
+        self.assertEqual(cache.hits, 2)
+        # What determines the compile is in the key: another sequence length compiles again.
+        longer = small_config()
+        longer.data.max_seq_len = 512
+        self.assertNotEqual(extrapolate.cache_key(dims, config, machine, 6),
+                            extrapolate.cache_key(dims, longer, machine, 6))
+        self.assertNotEqual(extrapolate.cache_key(dims, config, machine, 6),
+                            extrapolate.cache_key(dims, config, machines.get("tpu-v5p-16"), 6))
+
+    def test_a_torn_cache_entry_is_compiled_again(self):
+        cache = extrapolate.Cache(self.create_tempdir().full_path)
+        cache.put("k", {"a": 1})
+        self.assertEqual(cache.get("k"), {"a": 1})
+        with open(os.path.join(cache.directory, "k.json"), "w") as f:
+            f.write("{\"a\": ")
+        self.assertIsNone(cache.get("k"))
+
+    def test_line_through_two_depths(self):
+        small = {"xla_flops": 10.0, "xla_bytes_accessed": 4.0, "optimal_seconds": 1.0,
+                 "compile_seconds": 30.0, "host_peak_bytes": 5, "memory": {"temp": 100}}
+        large = {"xla_flops": 16.0, "xla_bytes_accessed": 6.0, "optimal_seconds": 1.5,
+                 "compile_seconds": 40.0, "host_peak_bytes": 7, "memory": {"temp": 160}}
+        out = extrapolate.line(small, large, 6, 12, 60)
+        self.assertEqual(out["xla_flops"], 10 + 6 * 9)
+        self.assertEqual(out["memory"]["temp"], 100 + 60 * 9)
+        self.assertEqual(out["host_peak_bytes"], 7)
+
+
+class CalibrationTest(absltest.TestCase):
+
+    def _plan(self, machine, extra, exclude, roofline=2.0):
+        step = planning.Step(fits=True, roofline_seconds=roofline, bound="compute",
+                             bytes_per_device=1, device_bytes=2, compile_seconds=60.0)
+        return planning.plan_machine(machine, gpu_config(), dims_31b(), layout(), step,
+                                     rates(), extra=extra, exclude=exclude)
+
+    def test_interval_is_the_spread_of_the_applicable_factors(self):
+        every = [run["id"] for run in calibration.runs()]
+        extra = [{"id": "a", "machine": "gpu-h100x8", "factor": 1.5, "source": "x"},
+                 {"id": "b", "machine": "gpu-h100x2", "factor": 2.5, "source": "y"},
+                 {"id": "c", "machine": "tpu-v5p-8", "factor": 9.0, "source": "z"}]
+        plan = self._plan(H100X2, extra, every)
+        self.assertEqual(plan["calibration"]["count"], 2)  # the GPU runs only
+        self.assertEqual(plan["step_seconds"], {"point": 4.0, "low": 3.0, "high": 5.0})
+        billed = plan["billed_seconds"]
+        self.assertEqual(billed["steps"], 100 * 4.0)
+        self.assertEqual(billed["compile"], 60.0)
+        self.assertEqual(billed["checkpoints"], 2 * planning.lora_state_bytes(
+            dims_31b(), gpu_config()) / 1e9)  # steps 100 and the last: 2 saves at 1 GB/s
+        self.assertAlmostEqual(billed["download"] * 0.5, billed["load"] * 0.25)
+        self.assertAlmostEqual(plan["hours"]["high"] - plan["hours"]["low"], 100 * 2.0 / 3600)
+        self.assertAlmostEqual(plan["dollars"]["point"], plan["hours"]["point"] *
+                               H100X2.dollars_per_hour)
+        self.assertAlmostEqual(plan["spot_dollars"]["low"], plan["hours"]["low"] *
+                               H100X2.spot_dollars_per_hour)
+
+    def test_other_platforms_when_none_of_its_own_and_held_out_runs(self):
+        every = [run["id"] for run in calibration.runs()]
+        extra = [{"id": "c", "machine": "tpu-v5p-8", "factor": 3.0, "source": "z"}]
+        plan = self._plan(H100X2, extra, every)
+        self.assertIn("no GPU run", plan["calibration"]["scope"])
+        self.assertEqual(plan["step_seconds"]["point"], 6.0)
+        with self.assertRaisesRegex(planning.PlanError, "no measured run"):
+            self._plan(H100X2, extra, every + ["c"])
+
+    def test_factors_in_the_file_are_measured_over_roofline(self):
+        for run in calibration.runs():
+            self.assertAlmostEqual(run["factors"][calibration.STEP],
+                                   run["measured"]["step_seconds"] /
+                                   calibration.roofline_seconds(run["predicted"]), places=3)
+
+    def test_deadline_and_budget(self):
+        fast = {"machine": "a", "fits": True, "hours": {"point": 1, "low": 0.5, "high": 1.5},
+                "dollars": {"point": 10, "low": 5, "high": 15}}
+        slow = {"machine": "b", "fits": True, "hours": {"point": 3, "low": 2, "high": 4},
+                "dollars": {"point": 5, "low": 4, "high": 6}}
+        no = {"machine": "c", "fits": False, "hours": None, "dollars": None}
+        ranking = planning.mark([fast, slow, no], deadline_hours=1.2, budget=12)
+        self.assertEqual(ranking, {"by_hours": ["a", "b"], "by_dollars": ["b", "a"]})
+        self.assertEqual((fast["meets_deadline"], fast["within_budget"]), ("maybe", "maybe"))
+        self.assertEqual((slow["meets_deadline"], slow["within_budget"]), ("no", "yes"))
+        self.assertEqual((no["meets_deadline"], no["rank_hours"]), ("no", None))
+
+
+class FitTest(absltest.TestCase):
+
+    def test_gpu_config_that_does_not_fit_names_the_smallest_change(self):
+        step = planning.gpu_step(H100X1, gpu_config(num_processes=1), dims_31b())
+        self.assertFalse(step.fits)
+        self.assertEqual(step.change, "2 GPUs (gpu-h100x2)")
+        self.assertIn("per GPU, over its 74.51 GiB", step.why)
+        # Micro-batch 8 holds 8 x 3072 tokens of logits: the largest halving that fits.
+        step = planning.gpu_step(H100X2, gpu_config(**{"batch.per_device_size": 8}),
+                                 dims_31b())
+        self.assertFalse(step.fits)
+        size = int(step.change.split()[1])
+        self.assertTrue(planning.gpu_step(H100X2, gpu_config(**{"batch.per_device_size": size}),
+                                          dims_31b()).fits)
+        self.assertFalse(planning.gpu_step(
+            H100X2, gpu_config(**{"batch.per_device_size": 2 * size}), dims_31b()).fits)
+        fits = planning.gpu_step(H100X2, gpu_config(), dims_31b())
+        self.assertTrue(fits.fits)
+        self.assertEqual(fits.why, "")
+
+    def test_steps_of_packed_and_padded_rows(self):
+        # In any order, three 1000-token rows share a sequence; a 3072-token row fills one.
+        data = planning.Data(lengths=np.array([1000] * 30 + [3072] * 10),
+                             trained=np.array([100] * 40), report=None)
+        config = gpu_config(**{"data.max_seq_len": 3072, "data.packing": True})
+        packed = planning.layout(data, config)
+        self.assertEqual((packed["sequences"], packed["steps"]), (20, 2))
+        config.data.packing = False
+        padded = planning.layout(data, config)
+        self.assertEqual((padded["sequences"], padded["steps"]), (40, 5))
+        self.assertAlmostEqual(padded["non_padding_fraction"], 60720 / (40 * 3072))
+        self.assertAlmostEqual(padded["trained_fraction"], 4000 / (40 * 3072))
+        config.data.epochs = 2
+        self.assertEqual(planning.layout(data, config)["steps"], 10)
+        with self.assertRaisesRegex(planning.PlanError, "not enough data"):
+            planning.layout(planning.Data(np.array([10]), np.array([1]), None), config)
+
+
+class BinaryTest(absltest.TestCase):
+
+    def _run(self, *args):
+        out = self.create_tempdir().full_path
+        result = subprocess.run(
+            binaries.command("//report:plan", f"--out={out}", "--tokenizer=embedded",
+                             f"--cache_dir={self.create_tempdir().full_path}", *args),
+            capture_output=True, text=True, timeout=600, check=False, env=binaries.child_env())
+        return result, out
+
+    def test_gpu_plan_writes_json_markdown_html_and_plot(self):
+        run_dir = self.create_tempdir().full_path
+        config_cli.write_resolved_config(gpu_config(), run_dir)
+        with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
+            for step, seconds in enumerate([60.0, 20.0, 20.0, 21.0], 1):
+                f.write(json.dumps({"step": step, "step_time_s": seconds}) + "\n")
+        result, out = self._run("--machines=gpu-h100x2,gpu-h100x1",
+                                "--config.data.source=synthetic:300", "--budget=1000",
+                                f"--calibrate_with={run_dir}")
+        self.assertEqual(result.returncode, 0, result.stderr)
+        with open(os.path.join(out, "plan.json")) as f:
+            plan = json.load(f)
+        h100x2, h100x1 = plan["plans"]
+        roofline = planning.gpu_step(H100X2, gpu_config(), dims_31b()).roofline_seconds
+        self.assertEqual(h100x2["calibration"]["runs"][-1]["factor"], 20.0 / roofline)
+        self.assertEqual(h100x2["calibration"]["scope"], "GPU runs")
+        self.assertFalse(h100x1["fits"])
+        self.assertEqual(plan["ranking"]["by_dollars"], ["gpu-h100x2"])
+        self.assertEqual(plan["data"]["rows_read"], 300)
+        for name in ("plan.md", "plan.html", "plan.png"):
+            self.assertTrue(os.path.getsize(os.path.join(out, name)), name)
+        with open(os.path.join(out, "plan.md")) as f:
+            text = f.read()
+        self.assertIn("fits with 2 GPUs", text)
+        self.assertIn("| gpu-h100x2 | yes |", text)
+        # The report puts a run of a planned machine beside its plan.
+        training = [{"label": "GPU", "machine": "gpu-h100x2", "hours": h100x2["hours"]["point"],
+                     "cost": 1.0, "tokens_per_s": h100x2["tokens_per_s"] / 2}]
+        row, = comparison.planned(training, plan)
+        self.assertEqual((row["hours_ratio"], row["in_interval"], row["tokens_per_s_ratio"]),
+                         (1.0, True, 0.5))
+
+    def test_bad_input_is_one_error_line(self):
+        empty = self.create_tempfile("empty.jsonl", content="").full_path
+        for args, message in (
+                (["--machines=tpu-v9-8"], "unknown machine 'tpu-v9-8'"),
+                (["--machines=tpu-v5litepod-4"], "no TPU config for tpu-v5litepod-4"),
+                (["--machines=gpu-h100x2", f"--config.data.source={empty}"], "")):
+            result, _ = self._run(*args)
+            self.assertEqual(result.returncode, 1, result.stderr)
+            lines = result.stderr.strip().splitlines()
+            self.assertTrue(lines[-1].startswith("error: "), result.stderr)
+            self.assertIn(message, lines[-1])
+            self.assertNotIn("Traceback", result.stderr)
+
+
+if __name__ == "__main__":
+    absltest.main()

@@ -1,0 +1,163 @@
+"""The TPU step of a deep model, from compiles of a few of its layers.
+
+Compiling all 60 layers of Gemma 4 31B unrolled takes about 6 minutes and
+13 GB of host memory on 2 cores; the step's figures grow by the same amount
+with every repeat of the model's block of layers (31B: 5 sliding-window
+layers and one global). So an unrolled step is compiled twice, with the block
+once and twice (`sizes`), and every figure XLA measured (bytes per chip by
+kind, FLOPs, bytes accessed, its estimate, compile seconds) is extended along
+the line through the two to the model's depth. A scanned step compiles its
+block once whatever the depth (v6e-8's 12 layers took as long as its 60), so
+it is compiled whole. The planner
+(report/planning.py) uses it; `--check_extrapolation` of //report:plan
+compiles the whole step too and prints the error (README: within 3% on
+v5p-8).
+
+Results are kept in a cache directory as JSON, keyed by what determines them:
+the compiled shape of the config (`aot.compiled_shape`),
+the base's dimensions, the topology, the JAX, jaxlib and libtpu versions and
+the source of this package's modules, so a second plan over the same inputs
+compiles nothing.
+"""
+
+import dataclasses
+import hashlib
+import importlib.metadata
+import json
+import logging
+import os
+import tempfile
+
+from training.tpu import aot
+from training.tpu import layer_scan
+
+log = logging.getLogger(__name__)
+
+# What a compile measured that grows with the layers (aot.compile_step's keys).
+_LINEAR = ("xla_flops", "xla_bytes_accessed", "optimal_seconds", "compile_seconds")
+
+
+def sizes(dims, config):
+    """The two layer counts compiled for `dims`'s unrolled step (its block once
+    and twice), or None where it is compiled whole: a scanned step, or a model
+    no deeper than two blocks."""
+    if config.scan_layers:
+        return None
+    plan = layer_scan.Plan.of(dims.layer_types, True)
+    period = plan.period if plan.repeats >= 2 else 1
+    if dims.num_layers <= 2 * period:
+        return None
+    return period, 2 * period
+
+
+def cut(dims, layers):
+    """`dims` with its first `layers` layers only."""
+    return dataclasses.replace(dims, layer_types=tuple(dims.layer_types[:layers]))
+
+
+def line(small, large, a, b, layers):
+    """The figures of `layers` layers on the line through those of `a` and `b` layers."""
+    def extend(x, y):
+        return x + (y - x) * (layers - a) / (b - a)
+    out = {name: extend(small[name], large[name]) for name in _LINEAR}
+    out["memory"] = {kind: round(extend(small["memory"][kind], large["memory"][kind]))
+                     for kind in small["memory"]}
+    out["host_peak_bytes"] = max(small["host_peak_bytes"], large["host_peak_bytes"])
+    return out
+
+
+def _versions():
+    import jax  # pylint: disable=import-outside-toplevel
+    import jaxlib  # pylint: disable=import-outside-toplevel
+    try:
+        libtpu = importlib.metadata.version("libtpu")
+    except importlib.metadata.PackageNotFoundError:
+        libtpu = os.path.basename(os.environ.get("TPU_LIBRARY_PATH", "unknown"))
+    return {"jax": jax.__version__, "jaxlib": jaxlib.__version__, "libtpu": libtpu}
+
+
+def _source_digest():
+    """The source of the modules that build the step (this package's)."""
+    here = os.path.dirname(os.path.abspath(__file__))
+    digest = hashlib.sha256()
+    for name in sorted(os.listdir(here)):
+        if name.endswith(".py") and not name.endswith("_test.py"):
+            with open(os.path.join(here, name), "rb") as f:
+                digest.update(name.encode() + b"\0" + f.read())
+    return digest.hexdigest()
+
+
+def cache_key(dims, config, machine, layers):
+    what = {"config": aot.compiled_shape(config), "dims": repr(dims),
+            "layers": layers, "topology": machine.topology, "versions": _versions(),
+            "source": _source_digest()}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
+
+
+class Cache:
+    """Compile results as JSON files in `directory` (None: nothing is kept)."""
+
+    def __init__(self, directory):
+        self.directory = directory
+        self.hits = self.misses = 0
+
+    def _path(self, key):
+        return os.path.join(self.directory, f"{key}.json")
+
+    def get(self, key):
+        if not self.directory:
+            return None
+        try:
+            with open(self._path(key), encoding="utf-8") as f:
+                value = json.load(f)
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError) as e:  # a torn file: compiled again and replaced
+            log.warning("compile cache: %s unreadable (%s), compiling again", self._path(key), e)
+            return None
+        self.hits += 1
+        return value
+
+    def put(self, key, value):
+        if not self.directory:
+            return
+        os.makedirs(self.directory, exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=self.directory, suffix=".tmp",
+                                         delete=False) as f:
+            json.dump(value, f)
+        os.replace(f.name, self._path(key))
+
+
+def compiled(dims, config, machine, cache):
+    """aot.compile_step's figures for `dims`, from the cache or compiled (and kept)."""
+    key = cache_key(dims, config, machine, dims.num_layers)
+    found = cache.get(key)
+    if found is not None:
+        found["cached"] = True
+        return found
+    cache.misses += 1
+    measured = aot.compile_step(dims, config, machine)
+    cache.put(key, measured)
+    return {**measured, "cached": False}
+
+
+def compile_step(dims, config, machine, cache, *, whole=False):
+    """The step's figures (aot.compile_step's keys) for all of `dims`'s layers:
+    compiled at two smaller depths and extended (`extrapolated` says from
+    which), or compiled whole when `whole` or the model is small."""
+    depths = None if whole else sizes(dims, config)
+    if depths is None:
+        measured = compiled(dims, config, machine, cache)
+        return {**measured, "extrapolated": None}
+    a, b = depths
+    log.info("compiling the step at %d and %d of its %d layers, to extend per layer", a, b,
+             dims.num_layers)
+    small = compiled(cut(dims, a), config, machine, cache)
+    large = compiled(cut(dims, b), config, machine, cache)
+    out = line(small, large, a, b, dims.num_layers)
+    out["scan"] = {"layers": layer_scan.Plan.of(dims.layer_types, False).describe()}
+    out["cached"] = small["cached"] and large["cached"]
+    out["extrapolated"] = {"from_layers": [a, b], "to_layers": dims.num_layers,
+                           "compile_seconds": [small["compile_seconds"],
+                                               large["compile_seconds"]]}
+    return out

@@ -70,3 +70,15 @@ def html_page(doc, title="TPU vs GPU"):
                          f"src='data:image/png;base64,{data}'>"
                          f"<figcaption>{html.escape(block[2])}</figcaption></figure>")
     return "".join(parts) + "</body></html>\n"
+
+
+def write_files(directory, files):
+    """Writes {name: text} into `directory`, each file whole (renamed into place)."""
+    paths = []
+    for name, text in files.items():
+        path = os.path.join(directory, name)
+        with open(path + ".tmp", "w") as f:
+            f.write(text)
+        os.replace(path + ".tmp", path)
+        paths.append(path)
+    return paths

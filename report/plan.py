@@ -11,8 +11,8 @@ training/gpu/configs' config for its size or h100x2.py's with one process per
 GPU) plans the run (report/planning.py): fits or why not, optimizer steps,
 step time, billed hours and dollars on demand and on spot with the interval of
 the measured runs that calibrate it, tokens/s, MFU, what limits it. Writes
-OUT/plan.json, plan.md, plan.html and plan.png (hours against dollars, the
-intervals as bars) and prints the table. TPU compiles are kept in --cache_dir,
+the plan into --out as JSON, Markdown, self-contained HTML and a PNG plot
+(hours against dollars, the intervals as bars) and prints the table. TPU compiles are kept in --cache_dir,
 so a second plan of the same inputs compiles nothing.
 
 The report shows a finished run's measured figures beside its plan:
@@ -166,7 +166,7 @@ def run_factor(run_dir, cache):
     except (OSError, ValueError, storage.StorageError) as e:
         raise planning.PlanError(f"--calibrate_with={run_dir}: not a finished training run "
                                  f"directory ({e})") from None
-    seconds = sorted(r["step_time_s"] for r in records if "step_time_s" in r)[1:]
+    seconds = sorted([r["step_time_s"] for r in records if "step_time_s" in r][1:])
     if not seconds:
         raise planning.PlanError(f"--calibrate_with={run_dir}: metrics.jsonl holds fewer than "
                                  "two steps")
@@ -234,7 +234,7 @@ def _interval(value, fmt):
 
 
 def _hours(hours):
-    return document.duration(hours)
+    return f"{hours:,.2f} h"
 
 
 def table_rows(plan):
@@ -268,7 +268,10 @@ def blocks(plan, image):
                                  plan["reference_settings"] else "")),
            ("table", HEADER, table_rows(plan)),
            ("p", "Ranked by dollars: " + (", ".join(plan["ranking"]["by_dollars"]) or "none") +
-                 ". By hours: " + (", ".join(plan["ranking"]["by_hours"]) or "none") + "."),
+                 ". By hours: " + (", ".join(plan["ranking"]["by_hours"]) or "none") + "." +
+                 "".join(f" No price is recorded for {p['machine']} (common/machines.py): it is "
+                         "not in the dollar ranking or the plot." for p in plan["plans"]
+                         if p["fits"] and not p["dollars"])),
            ("p", "Each step is the roofline of the compiled step (TPU: XLA's counted FLOPs and "
                  "bytes at the chips' peak and HBM bandwidth; GPU: the compiled FLOPs at peak) "
                  "times the mean measured/roofline factor of the runs that calibrate it; the "
@@ -360,11 +363,7 @@ def write(plan, out_dir):
     files = {"plan.json": json.dumps(plan, indent=2) + "\n",
              "plan.md": document.markdown(doc) + "\n",
              "plan.html": document.html_page(doc, title="Plan")}
-    for name, text in files.items():
-        path = os.path.join(local, name)
-        with open(path + ".tmp", "w") as f:
-            f.write(text)
-        os.replace(path + ".tmp", path)
+    document.write_files(local, files)
     mirror.push()
     return [storage.join(out_dir, name) for name in [*files, *(["plan.png"] if image else [])]]
 

@@ -99,6 +99,15 @@ class ExtrapolationTest(absltest.TestCase):
                             extrapolate.cache_key(dims, longer, machine, 6))
         self.assertNotEqual(extrapolate.cache_key(dims, config, machine, 6),
                             extrapolate.cache_key(dims, config, machines.get("tpu-v5p-16"), 6))
+        # The plan's TPU step from the cache: fits v5p-8, not a chip of a few MB of HBM.
+        step = planning.tpu_step(machine, config, dims, layout(seq_len=256), cache)
+        self.assertTrue(step.fits)
+        self.assertEqual(step.bytes_per_device, aot.per_chip_bytes(extended["memory"]))
+        small = dataclasses.replace(machine, hbm_gib_per_chip=0.01)
+        step = planning.tpu_step(small, config, dims, layout(seq_len=256), cache)
+        self.assertFalse(step.fits)
+        self.assertIn("per chip (XLA), over 90% of 0.01 GiB HBM", step.why)
+        self.assertEqual(cache.misses, 3)  # the two depths and the whole: nothing since
 
     def test_a_torn_cache_entry_is_compiled_again(self):
         cache = extrapolate.Cache(self.create_tempdir().full_path)
@@ -168,8 +177,12 @@ class CalibrationTest(absltest.TestCase):
         slow = {"machine": "b", "fits": True, "hours": {"point": 3, "low": 2, "high": 4},
                 "dollars": {"point": 5, "low": 4, "high": 6}}
         no = {"machine": "c", "fits": False, "hours": None, "dollars": None}
-        ranking = planning.mark([fast, slow, no], deadline_hours=1.2, budget=12)
-        self.assertEqual(ranking, {"by_hours": ["a", "b"], "by_dollars": ["b", "a"]})
+        unpriced = {"machine": "d", "fits": True, "hours": {"point": 2, "low": 2, "high": 2},
+                    "dollars": None}
+        ranking = planning.mark([fast, slow, no, unpriced], deadline_hours=1.2, budget=12)
+        self.assertEqual(ranking, {"by_hours": ["a", "d", "b"], "by_dollars": ["b", "a"]})
+        self.assertEqual((unpriced["meets_deadline"], unpriced["within_budget"]),
+                         ("no", "no price"))
         self.assertEqual((fast["meets_deadline"], fast["within_budget"]), ("maybe", "maybe"))
         self.assertEqual((slow["meets_deadline"], slow["within_budget"]), ("no", "yes"))
         self.assertEqual((no["meets_deadline"], no["rank_hours"]), ("no", None))

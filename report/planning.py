@@ -363,13 +363,15 @@ def mark(plans, deadline_hours=None, budget=None):
     and the budget (a plan meets them at its interval's high end; `maybe` at its
     point)."""
     def meets(interval, limit):
-        if limit is None or interval is None:
+        if limit is None:
             return None
+        if interval is None:
+            return "no price"
         if interval["high"] <= limit:
             return "yes"
         return "maybe" if interval["point"] <= limit else "no"
 
-    fitting = [p for p in plans if p["fits"]]
+    fitting = [p for p in plans if p["fits"]]  # `dollars` None: no price recorded
     by_hours = sorted(fitting, key=lambda p: p["hours"]["point"])
     by_dollars = sorted((p for p in fitting if p["dollars"]),
                         key=lambda p: p["dollars"]["point"])

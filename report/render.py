@@ -260,12 +260,7 @@ def _write_local(report, runs, out_dir):
     files = {"report.json": json.dumps(report, indent=2) + "\n",
              "report.md": document.markdown(doc) + "\n",
              "report.html": document.html_page(doc)}
-    for name, text in files.items():
-        path = os.path.join(out_dir, name)
-        with open(path + ".tmp", "w") as f:
-            f.write(text)
-        os.replace(path + ".tmp", path)
-    return [os.path.join(out_dir, name) for name in files] + list(plots.values())
+    return document.write_files(out_dir, files) + list(plots.values())
 
 
 def main(argv):
@@ -281,7 +276,7 @@ def main(argv):
         plan_path = config_cli.user_path(_PLAN.value)
         try:
             plan = storage.read_json(plan_path)
-        except (OSError, ValueError) as e:
+        except (OSError, ValueError, storage.StorageError) as e:
             raise runs_lib.RunsError(f"--plan={_PLAN.value}: cannot read the plan ({e})") from None
         report["planned"] = comparison.planned(report["training"], plan)
         if not report["planned"]:

@@ -53,11 +53,11 @@ def fake_eval(directory, solved):
     return directory
 
 
-def render(directories, out):
+def render(directories, out, *args):
     """//report:report over `directories`, as a user runs it."""
     env = binaries.child_env()
     return subprocess.run(binaries.command("//report:report", "--runs=" + ",".join(directories),
-                                           f"--out={out}"),
+                                           f"--out={out}", *args),
                           env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
@@ -194,6 +194,32 @@ class RunsReportTest(absltest.TestCase):
         self.assertIn("* step time only: GPU gpu-h100x2.", text)
         self.assertIn("| TPU tpu-v5p-8 | 710 s | 20 s (3%) | 150 s (21%) | 15 s (2%) | "
                       "20 s (3%) | 100 s (14%), 2 steps | 2 |", text)
+
+    def test_a_planned_run_beside_its_plan(self):
+        tmp = self.create_tempdir().full_path
+        tpu = fake_training(os.path.join(tmp, "tpu"), "tpu", "tpu-v5p-8", 2.0, [3.0, 2.0, 1.5])
+        gpu = fake_training(os.path.join(tmp, "gpu"), "gpu", "gpu-h100x2", 4.0, [3.0, 2.0])
+        plan = os.path.join(tmp, "plan.json")  # //report:plan's fields the report reads
+        _write(plan, {"plans": [
+            {"machine": "tpu-v5p-8", "fits": True, "tokens_per_s": 900.0,
+             "hours": {"point": 3 / 3600, "low": 2 / 3600, "high": 7 / 3600},
+             "dollars": {"point": 0.014}, "calibration": {"count": 2}},
+            {"machine": "gpu-h100x2", "fits": False}]})
+        out = os.path.join(tmp, "report")
+        done = render([tpu, gpu], out, f"--plan={plan}")
+        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+        with open(os.path.join(out, "report.json")) as f:
+            planned, = json.load(f)["planned"]  # the GPU machine did not fit: no plan
+        # 3 steps of 2 s against 3 s planned; 1800 tokens/s against 900.
+        self.assertAlmostEqual(planned["hours_ratio"], 2.0)
+        self.assertTrue(planned["in_interval"])
+        self.assertAlmostEqual(planned["tokens_per_s_ratio"], 2.0)
+        with open(os.path.join(out, "report.md")) as f:
+            self.assertIn("| TPU tpu-v5p-8 | tpu-v5p-8 | 3 s (2 s to 7 s) | 6 s | 2.00 | yes |",
+                          f.read())
+        done = render([tpu], out, f"--plan={os.path.join(tmp, 'none.json')}")
+        self.assertEqual(done.returncode, 1)
+        self.assertIn("cannot read the plan", done.stderr)
 
     def test_unlike_runs_are_flagged_before_their_costs_are_compared(self):
         tmp = self.create_tempdir().full_path

@@ -9,6 +9,7 @@ filled in.
 from common import machines
 from eval import scoring
 from report import costs
+from report import runs as runs_lib
 
 
 def platform_of(machine):
@@ -238,8 +239,9 @@ def build(runs, hours=(1.0, 24.0), input_len="4096"):
 
 def planned(training, plan):
     """Each training row beside the plan of its machine (//report:plan's plan.json):
-    planned and measured hours, dollars and tokens/s, measured / planned, and
-    whether the measured hours fall in the plan's interval. Rows of machines the
+    planned and measured hours (billed, or the steps' where the run kept step time
+    only), dollars and tokens/s, measured / planned, and whether the measured hours
+    fall in the plan's interval. Rows of machines the
     plan did not plan (or found not to fit) are left out."""
     by_machine = {p["machine"]: p for p in plan.get("plans", []) if p.get("fits")}
     out = []
@@ -247,9 +249,12 @@ def planned(training, plan):
         p = by_machine.get(row["machine"])
         if p is None:
             continue
-        hours = p["hours"]
+        # A run directory without billed segments has step time only: against the
+        # plan's steps, not its billed hours.
+        billed = row.get("hours_basis", runs_lib.BILLED) != runs_lib.STEPS_ONLY
+        hours = p["hours"] if billed else p["step_hours"]
         out.append({
-            "label": row["label"], "machine": row["machine"],
+            "label": row["label"], "machine": row["machine"], "billed": billed,
             "planned_hours": hours, "hours": row["hours"],
             "hours_ratio": costs.ratio(row["hours"], hours["point"]),
             "in_interval": hours["low"] <= row["hours"] <= hours["high"],

@@ -108,11 +108,18 @@ def machine_configs(names):
     return out
 
 
+def _local_or_hub(name):
+    """A path the user typed (resolved against their working directory) or a Hub id."""
+    path = config_cli.user_path(name)
+    return path if os.path.exists(path) else name
+
+
 def _tokenizer(name):
     if name == "embedded":
         from data import tokenizer  # pylint: disable=import-outside-toplevel
         return tokenizer.build_tokenizer()
     from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
+    name = _local_or_hub(name)
     try:
         return AutoTokenizer.from_pretrained(name)
     except Exception as e:  # network, auth, a directory without a tokenizer alike
@@ -129,9 +136,7 @@ def _dims(config):
     if config.model.name == base_model.TINY:
         raise planning.PlanError("the tiny CPU model has no machine to plan for: set "
                                  "--config.model.name to a real base")
-    name = config.model.name
-    hf_config, _ = base_model.config_only(config_cli.user_path(name) if os.path.exists(
-        config_cli.user_path(name)) else name)
+    hf_config, _ = base_model.config_only(_local_or_hub(config.model.name))
     return gemma4_map.Dims.from_hf_config(hf_config)
 
 
@@ -140,7 +145,8 @@ def _reference(config, machine):
         from training.tpu import aot  # pylint: disable=import-outside-toplevel
         return aot.reference_config(config, machine.chips)
     config = config.copy_and_resolve_references()
-    config.data.packing, config.remat, config.batch.per_device_size = False, True, 1
+    config.data.packing, config.remat = False, True
+    config.batch.per_device_size, config.batch.effective_size = 1, 8
     return config
 
 
@@ -161,8 +167,10 @@ def run_factor(run_dir, cache):
     the first, which compiles) over the roofline of its own config's step."""
     from common import jsonl  # pylint: disable=import-outside-toplevel
     try:
-        config = config_cli.read_resolved_config(run_dir)
-        records, _ = jsonl.read(os.path.join(run_dir, "metrics.jsonl"))
+        local = (storage.fetch(run_dir, only=["config.json", "metrics.jsonl"])
+                 if storage.is_url(run_dir) else run_dir)
+        config = config_cli.read_resolved_config(local)
+        records, _ = jsonl.read(os.path.join(local, "metrics.jsonl"))
     except (OSError, ValueError, storage.StorageError) as e:
         raise planning.PlanError(f"--calibrate_with={run_dir}: not a finished training run "
                                  f"directory ({e})") from None
@@ -171,6 +179,9 @@ def run_factor(run_dir, cache):
         raise planning.PlanError(f"--calibrate_with={run_dir}: metrics.jsonl holds fewer than "
                                  "two steps")
     machine = machines.get(config.machine)
+    if machine.platform not in ("tpu", "gpu"):
+        raise planning.PlanError(f"--calibrate_with={run_dir}: a run on {machine.name}, not "
+                                 "on a TPU or GPU machine, calibrates nothing")
     config = config.copy_and_resolve_references()
     dims = _dims(config)
     if machine.platform == "tpu":
@@ -198,22 +209,30 @@ def make_plan(recipe, names, *, tokenizer_name, cache_dir, run_dirs=(), exclude=
     rates = planning.measured_rates(download, warm)
     plans = []
     for machine, file, machine_config in chosen:
+        print(f"planning {machine.name} ({file})...", flush=True)
         config = planning.apply_recipe(machine_config, recipe)
         if reference:
             config = _reference(config, machine)
-        planning.hparams_check(config, machine)
-        layout = planning.layout(data, config)
-        print(f"planning {machine.name} ({file})...", flush=True)
-        if machine.platform == "tpu":
-            step = planning.tpu_step(machine, config, dims, layout, cache)
-        else:
-            step = planning.gpu_step(machine, config, dims)
+        try:
+            planning.hparams_check(config, machine)
+            layout = planning.layout(data, config)
+            if machine.platform == "tpu":
+                step = planning.tpu_step(machine, config, dims, layout, cache)
+            else:
+                step = planning.gpu_step(machine, config, dims)
+        except cli.UserError as e:  # this machine's config cannot run: said, the rest planned
+            print(f"{machine.name}: {e}", flush=True)
+            plans.append({**planning.refused(machine, str(e)), "config": file})
+            continue
         plan = planning.plan_machine(machine, config, dims, layout, step, rates,
                                      exclude=exclude, extra=extra)
         plan["config"] = file
         if check and step.details.get("extrapolated"):
             plan["extrapolation_check"] = _check(plan, machine, config, dims, layout, cache)
         plans.append(plan)
+    if all("layout" not in p for p in plans):
+        raise planning.PlanError("no machine can run this recipe: " + "; ".join(
+            f"{p['machine']}: {p['why']}" for p in plans))
     ranking = planning.mark(plans, deadline, budget)
     report = data.report
     return {"recipe": planning.recipe_summary(recipe), "reference_settings": reference,
@@ -279,12 +298,17 @@ def blocks(plan, image):
                  "rests on one run. Billed hours add the download, loading, compile, checkpoint "
                  "saves and validation (below).")]
     if plan["deadline_hours"] is not None or plan["budget"] is not None:
-        out.append(("table", ["machine", f"deadline {plan['deadline_hours']} h",
-                              f"budget ${plan['budget']}"],
-                    [[p["machine"], p["meets_deadline"] or "-", p["within_budget"] or "-"]
+        header = ["machine"]
+        header += [f"deadline {plan['deadline_hours']} h"] if plan["deadline_hours"] else []
+        header += [f"budget ${plan['budget']}"] if plan["budget"] else []
+        out.append(("table", header,
+                    [[p["machine"]] + [p[key] for key, limit in (
+                        ("meets_deadline", plan["deadline_hours"]),
+                        ("within_budget", plan["budget"])) if limit]
                      for p in plan["plans"]]))
         out.append(("p", "yes: the whole interval meets it; maybe: the point does, not the "
-                         "high end; no: neither (or it does not fit)."))
+                         "high end; no: neither (or it does not fit); no price: the machine "
+                         "table records none."))
     out.append(("h", 2, "Billed time"))
     out.append(("table", ["machine", "download", "load", "compile", "steps", "checkpoints",
                           "validation", "total"],
@@ -375,6 +399,8 @@ def main(argv):
     logging.getLogger("training").setLevel(logging.INFO)
     from training.tpu import aot  # pylint: disable=import-outside-toplevel
     aot.use_libtpu()  # before anything starts JAX
+    if _DOWNLOAD.value <= 0:
+        raise app.UsageError(f"--download_gbytes_per_s={_DOWNLOAD.value}: a rate above 0")
     out_dir = config_cli.user_path(_OUT.value)
     storage.probe(out_dir)
     plan = make_plan(

@@ -147,8 +147,8 @@ class CalibrationTest(absltest.TestCase):
         billed = plan["billed_seconds"]
         self.assertEqual(billed["steps"], 100 * 4.0)
         self.assertEqual(billed["compile"], 60.0)
-        self.assertEqual(billed["checkpoints"], 2 * planning.lora_state_bytes(
-            dims_31b(), gpu_config()) / 1e9)  # steps 100 and the last: 2 saves at 1 GB/s
+        self.assertEqual(billed["checkpoints"], planning.lora_state_bytes(
+            dims_31b(), gpu_config()) / 1e9)  # step 100, the last: one save at 1 GB/s
         self.assertAlmostEqual(billed["download"] * 0.5, billed["load"] * 0.25)
         self.assertAlmostEqual(plan["hours"]["high"] - plan["hours"]["low"], 100 * 2.0 / 3600)
         self.assertAlmostEqual(plan["dollars"]["point"], plan["hours"]["point"] *
@@ -170,6 +170,15 @@ class CalibrationTest(absltest.TestCase):
             self.assertAlmostEqual(run["factors"][calibration.STEP],
                                    run["measured"]["step_seconds"] /
                                    calibration.roofline_seconds(run["predicted"]), places=3)
+
+    def test_checkpoint_saves_and_validation_passes(self):
+        # The v5e chip's 39 steps, every 10: Orbax's first save, then 10, 20, 30 and 39.
+        self.assertEqual(planning.saves("tpu", 39, 10), 5)
+        self.assertEqual(planning.saves("gpu", 39, 10), 4)
+        self.assertEqual(planning.saves("gpu", 40, 10), 4)  # the last step is a multiple
+        self.assertEqual(planning.saves("gpu", 40, 0), 1)
+        self.assertEqual(planning.evaluations(40, 30), 2)
+        self.assertEqual(planning.evaluations(40, 0), 1)
 
     def test_deadline_and_budget(self):
         fast = {"machine": "a", "fits": True, "hours": {"point": 1, "low": 0.5, "high": 1.5},
@@ -242,13 +251,16 @@ class BinaryTest(absltest.TestCase):
         with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
             for step, seconds in enumerate([60.0, 20.0, 20.0, 21.0], 1):
                 f.write(json.dumps({"step": step, "step_time_s": seconds}) + "\n")
-        result, out = self._run("--machines=gpu-h100x2,gpu-h100x1",
+        result, out = self._run("--machines=gpu-h100x2,gpu-h100x1,gpu-h100x8",
                                 "--config.data.source=synthetic:300", "--budget=1000",
-                                f"--calibrate_with={run_dir}")
+                                "--config.batch.effective_size=4", f"--calibrate_with={run_dir}")
         self.assertEqual(result.returncode, 0, result.stderr)
         with open(os.path.join(out, "plan.json")) as f:
             plan = json.load(f)
-        h100x2, h100x1 = plan["plans"]
+        h100x2, h100x1, h100x8 = plan["plans"]
+        # A machine whose config cannot run is said so; the others are planned.
+        self.assertFalse(h100x8["fits"])
+        self.assertIn("effective batch 4 is not a multiple", h100x8["why"])
         roofline = planning.gpu_step(H100X2, gpu_config(), dims_31b()).roofline_seconds
         self.assertEqual(h100x2["calibration"]["runs"][-1]["factor"], 20.0 / roofline)
         self.assertEqual(h100x2["calibration"]["scope"], "GPU runs")
@@ -273,7 +285,11 @@ class BinaryTest(absltest.TestCase):
         for args, message in (
                 (["--machines=tpu-v9-8"], "unknown machine 'tpu-v9-8'"),
                 (["--machines=tpu-v5litepod-4"], "no TPU config for tpu-v5litepod-4"),
-                (["--machines=gpu-h100x2", f"--config.data.source={empty}"], "")):
+                (["--machines=gpu-h100x2", f"--config.data.source={empty}"],
+                 "no token to train on"),
+                (["--machines=gpu-h100x8", "--config.data.source=synthetic:50",
+                  "--config.batch.effective_size=4"], "no machine can run this recipe: "
+                 "gpu-h100x8: effective batch 4 is not a multiple")):
             result, _ = self._run(*args)
             self.assertEqual(result.returncode, 1, result.stderr)
             lines = result.stderr.strip().splitlines()

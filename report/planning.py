@@ -153,15 +153,27 @@ def measured_rates(download_gbps, warm_compile_cache=False):
                  source=", ".join(sources))
 
 
+def saves(platform, steps, every):
+    """Checkpoint saves of a fresh run: at every multiple of `every` and at the last
+    step (both trainers), and on TPU one more at the first step (Orbax's
+    CheckpointManager saves a first checkpoint by default)."""
+    return (-(-steps // every) if every else 1) + (1 if platform == "tpu" else 0)
+
+
+def evaluations(steps, every):
+    """Validation passes: after every multiple of `every` and after the last step
+    (lifecycle.evaluates_at)."""
+    return -(-steps // every) if every else 1
+
+
 def billed(step_seconds, *, steps, base_bytes, checkpoint_bytes, compile_seconds,
-           checkpoint_every, eval_seconds, evals, rates):
+           saves_, eval_seconds, evals, rates):
     """Seconds billed, by part."""
-    saves = (steps // checkpoint_every if checkpoint_every else 0) + 1  # and the last step's
     parts = {"download": base_bytes / (rates.download_gbps * GB),
              "load": base_bytes / (rates.load_gbps * GB),
              "compile": 0.0 if rates.warm_compile_cache else compile_seconds,
              "steps": steps * step_seconds,
-             "checkpoints": saves * checkpoint_bytes / (rates.checkpoint_gbps * GB),
+             "checkpoints": saves_ * checkpoint_bytes / (rates.checkpoint_gbps * GB),
              "evaluation": evals * eval_seconds}
     parts["total"] = sum(parts.values())
     return parts
@@ -216,6 +228,9 @@ def tpu_step(machine, config, dims, layout_, cache, whole=False):
     row = aot.row(dims, config, machine, measured,
                   non_padding_fraction=layout_["non_padding_fraction"],
                   trained_fraction=layout_["trained_fraction"])
+    if not (machine.hbm_gbps_per_chip and machine.peak_flops_per_chip):
+        raise PlanError(f"{machine.name}: the machine table records no HBM bandwidth or peak "
+                        "FLOP/s for it (common/machines.py), so it has no roofline")
     compute = ((row["xla_flops"] + sum(k["flops"] for k in row["analytic_kernels"]))
                / (machine.chips * machine.peak_flops_per_chip))
     memory = row["xla_bytes_accessed"] / (machine.chips * machine.hbm_gbps_per_chip * 1e9)
@@ -280,6 +295,9 @@ def gpu_changes(config, machine):
 
 def gpu_step(machine, config, dims):
     """The GPU step: memory plan for fit, compiled FLOPs at peak for the roofline."""
+    if not machine.peak_flops_per_chip:
+        raise PlanError(f"{machine.name}: the machine table records no peak FLOP/s for it "
+                        "(common/machines.py), so it has no roofline")
     processes = machine.chips
     parts = _gpu_fits(dims, config, processes)
     limit = machine.hbm_bytes_per_chip
@@ -332,21 +350,25 @@ def plan_machine(machine, config, dims, layout_, step, rates, *, exclude=(), ext
     per_token = flops_lib.flops_per_token(dims, layout_["seq_len"], config.lora.rank, modules)
     positions = config.batch.effective_size * layout_["seq_len"]
     tokens = positions * layout_["non_padding_fraction"]
-    eval_step = seconds["point"] * forward_share(dims, config)  # per effective batch
-    evals = ((layout_["steps"] // config.eval_every_steps if config.eval_every_steps else 0) + 1
+    # A validation pass runs the forward share of a step per effective batch.
+    eval_batches = math.ceil(layout_["eval_sequences"] / config.batch.effective_size)
+    evals = (evaluations(layout_["steps"], config.eval_every_steps)
              if layout_["eval_sequences"] else 0)
-    eval_seconds = eval_step * math.ceil(layout_["eval_sequences"] / config.batch.effective_size)
+    share = forward_share(dims, config)
     parts = {name: billed(seconds[name], steps=layout_["steps"],
                           base_bytes=base_bytes(dims, config),
                           checkpoint_bytes=lora_state_bytes(dims, config),
                           compile_seconds=step.compile_seconds,
-                          checkpoint_every=config.checkpoint_every_steps,
-                          eval_seconds=eval_seconds, evals=evals, rates=rates)
+                          saves_=saves(machine.platform, layout_["steps"],
+                                       config.checkpoint_every_steps),
+                          eval_seconds=seconds[name] * share * eval_batches, evals=evals,
+                          rates=rates)
              for name in ("point", "low", "high")}
     hours = _interval(*(parts[k]["total"] / 3600 for k in ("point", "low", "high")))
     out.update(
         step_seconds=seconds, billed_seconds=parts["point"],
-        hours=hours, factor=_interval(mean, low, high),
+        hours=hours, step_hours=_interval(*(parts[k]["steps"] / 3600
+                                            for k in ("point", "low", "high"))), factor=_interval(mean, low, high),
         dollars=_scaled(hours, machine.dollars_per_hour),
         spot_dollars=_scaled(hours, machine.spot_dollars_per_hour),
         tokens_per_s=tokens / seconds["point"],
@@ -356,6 +378,14 @@ def plan_machine(machine, config, dims, layout_, step, rates, *, exclude=(), ext
         dollars_per_hour=machine.dollars_per_hour,
         spot_dollars_per_hour=machine.spot_dollars_per_hour)
     return out
+
+
+def refused(machine, why):
+    """The plan of a machine whose config cannot run (a batch that does not split, a
+    sequence length the attention kernel's blocks do not divide): why, and nothing else."""
+    return {"machine": machine.name, "platform": machine.platform, "chips": machine.chips,
+            "fits": False, "why": why, "change": "", "hours": None, "dollars": None,
+            "spot_dollars": None, "calibration": {"runs": [], "scope": "", "count": 0}}
 
 
 def mark(plans, deadline_hours=None, budget=None):

@@ -105,11 +105,11 @@ def blocks(report, plots):
                       _share(r["lost_hours"], r["hours"]) + f", {r['lost_steps']} steps",
                       str(r["segments"])] for r in billed]))
     if report.get("planned"):
-        out.append(("table", ["run", "machine", "planned hours", "measured", "measured / "
-                              "planned", "in the interval", "planned $", "measured $",
+        out.append(("table", ["run", "machine", "hours of", "planned hours", "measured",
+                              "measured / planned", "in the interval", "planned $", "measured $",
                               "planned tokens/s", "measured", "measured / planned",
                               "calibration runs"],
-                    [[r["label"], r["machine"],
+                    [[r["label"], r["machine"], "billing" if r["billed"] else "steps only",
                       f"{document.duration(r['planned_hours']['point'])} "
                       f"({document.duration(r['planned_hours']['low'])} to "
                       f"{document.duration(r['planned_hours']['high'])})",

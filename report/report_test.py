@@ -202,7 +202,8 @@ class RunsReportTest(absltest.TestCase):
         plan = os.path.join(tmp, "plan.json")  # //report:plan's fields the report reads
         _write(plan, {"plans": [
             {"machine": "tpu-v5p-8", "fits": True, "tokens_per_s": 900.0,
-             "hours": {"point": 3 / 3600, "low": 2 / 3600, "high": 7 / 3600},
+             "hours": {"point": 1.0, "low": 0.5, "high": 2.0},  # billed: download, compile...
+             "step_hours": {"point": 3 / 3600, "low": 2 / 3600, "high": 7 / 3600},
              "dollars": {"point": 0.014}, "calibration": {"count": 2}},
             {"machine": "gpu-h100x2", "fits": False}]})
         out = os.path.join(tmp, "report")
@@ -210,12 +211,14 @@ class RunsReportTest(absltest.TestCase):
         self.assertEqual(done.returncode, 0, done.stderr[-3000:])
         with open(os.path.join(out, "report.json")) as f:
             planned, = json.load(f)["planned"]  # the GPU machine did not fit: no plan
-        # 3 steps of 2 s against 3 s planned; 1800 tokens/s against 900.
+        # The run kept step time only: 3 steps of 2 s against 3 s of planned steps;
+        # 1800 tokens/s against 900.
         self.assertAlmostEqual(planned["hours_ratio"], 2.0)
         self.assertTrue(planned["in_interval"])
         self.assertAlmostEqual(planned["tokens_per_s_ratio"], 2.0)
         with open(os.path.join(out, "report.md")) as f:
-            self.assertIn("| TPU tpu-v5p-8 | tpu-v5p-8 | 3 s (2 s to 7 s) | 6 s | 2.00 | yes |",
+            self.assertIn("| TPU tpu-v5p-8 | tpu-v5p-8 | steps only | 3 s (2 s to 7 s) | 6 s | "
+                          "2.00 | yes |",
                           f.read())
         done = render([tpu], out, f"--plan={os.path.join(tmp, 'none.json')}")
         self.assertEqual(done.returncode, 1)

@@ -109,6 +109,26 @@ class ExtrapolationTest(absltest.TestCase):
         self.assertIn("per chip (XLA), over 90% of 0.01 GiB HBM", step.why)
         self.assertEqual(cache.misses, 3)  # the two depths and the whole: nothing since
 
+    def test_a_tpu_run_directory_calibrates_with_its_own_step(self):
+        config = small_config()
+        config.model.name = base_model.RANDOM
+        config.model.random.layers, config.model.random.width_divisor = 2, 4
+        config.mesh.fsdp, config.mesh.tp = 4, 1  # a quarter of 31B's 4 global KV heads: 1
+        run_dir = self.create_tempdir().full_path
+        config_cli.write_resolved_config(config, run_dir)
+        with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
+            for step, seconds in enumerate([30.0, 0.5, 0.6, 0.5], 1):  # the first compiles
+                f.write(json.dumps({"step": step, "step_time_s": seconds}) + "\n")
+        cache = extrapolate.Cache(self.create_tempdir().full_path)
+        run = plan_lib.run_factor(run_dir, cache)
+        self.assertEqual((run["machine"], cache.misses), ("tpu-v5p-8", 1))
+        dims = plan_lib._dims(config)  # pylint: disable=protected-access
+        self.assertEqual(dims.num_layers, 2)
+        roofline = planning.tpu_step(machines.get("tpu-v5p-8"), config, dims,
+                                     layout(seq_len=256), cache).roofline_seconds
+        self.assertEqual(cache.misses, 1)  # the same compile, from the cache
+        self.assertAlmostEqual(run["factor"], 0.5 / roofline)
+
     def test_a_torn_cache_entry_is_compiled_again(self):
         cache = extrapolate.Cache(self.create_tempdir().full_path)
         cache.put("k", {"a": 1})
@@ -164,12 +184,6 @@ class CalibrationTest(absltest.TestCase):
         self.assertEqual(plan["step_seconds"]["point"], 6.0)
         with self.assertRaisesRegex(planning.PlanError, "no measured run"):
             self._plan(H100X2, extra, every + ["c"])
-
-    def test_factors_in_the_file_are_measured_over_roofline(self):
-        for run in calibration.runs():
-            self.assertAlmostEqual(run["factors"][calibration.STEP],
-                                   run["measured"]["step_seconds"] /
-                                   calibration.roofline_seconds(run["predicted"]), places=3)
 
     def test_checkpoint_saves_and_validation_passes(self):
         # The v5e chip's 39 steps, every 10: Orbax's first save, then 10, 20, 30 and 39.

@@ -43,6 +43,13 @@ def user_path(path):
     return os.path.abspath(os.path.join(user_working_dir(), os.path.expanduser(path)))
 
 
+def path_or_id(name):
+    """`name` as a path the user typed (resolved as `user_path`) where one exists
+    there, else as given: a Hub id (a base model, a tokenizer)."""
+    path = user_path(name)
+    return path if os.path.exists(path) else name
+
+
 def resolve_config_path(value, configs_dir):
     """Maps a --config value to a file, keeping any `:args` suffix for get_config."""
     path, sep, args = value.partition(":")

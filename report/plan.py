@@ -98,30 +98,23 @@ def machine_configs(names):
                     f"split); configs exist for {', '.join(sorted(tpu))}")
             out.append((machine, *tpu[name]))
         elif machine.platform == "gpu":
-            file, config = gpu.get(name) or (GPU_TEMPLATE, gpu[machines.get("gpu-h100x2").name][1])
+            # A GPU machine without a config of its own: h100x2.py's, one process per GPU.
+            file, config = gpu.get(name) or (f"{GPU_TEMPLATE} on {machine.chips} GPUs",
+                                             gpu["gpu-h100x2"][1])
             config = config.copy_and_resolve_references()
             config.machine, config.num_processes = name, machine.chips
-            out.append((machine, file if name in gpu else f"{GPU_TEMPLATE} on {machine.chips} GPUs",
-                        config))
+            out.append((machine, file, config))
         else:
             raise planning.PlanError(f"{name}: a CPU machine has nothing to plan")
     return out
 
 
-def _local_or_hub(name):
-    """A path the user typed (resolved against their working directory) or a Hub id."""
-    path = config_cli.user_path(name)
-    return path if os.path.exists(path) else name
-
-
 def _tokenizer(name):
-    if name == "embedded":
-        from data import tokenizer  # pylint: disable=import-outside-toplevel
-        return tokenizer.build_tokenizer()
-    from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
-    name = _local_or_hub(name)
+    from data import tokenizer  # pylint: disable=import-outside-toplevel
+    if name != tokenizer.EMBEDDED:
+        name = config_cli.path_or_id(name)
     try:
-        return AutoTokenizer.from_pretrained(name)
+        return tokenizer.load(name)
     except Exception as e:  # network, auth, a directory without a tokenizer alike
         raise planning.PlanError(f"cannot load the tokenizer of {name} to count the data "
                                  f"({e}); pass --tokenizer=embedded to count offline") from e
@@ -130,13 +123,12 @@ def _tokenizer(name):
 def _dims(config):
     from training.formats import base_model  # pylint: disable=import-outside-toplevel
     from training.formats import gemma4_map  # pylint: disable=import-outside-toplevel
-    if config.model.name == base_model.RANDOM:
-        from training.formats import random_model  # pylint: disable=import-outside-toplevel
-        return gemma4_map.Dims.from_hf_config(random_model.spec_config(config.model.random))
+    from training.formats import random_model  # pylint: disable=import-outside-toplevel
     if config.model.name == base_model.TINY:
         raise planning.PlanError("the tiny CPU model has no machine to plan for: set "
                                  "--config.model.name to a real base")
-    hf_config, _ = base_model.config_only(_local_or_hub(config.model.name))
+    hf_config, _ = random_model.base_config(config.model,
+                                            config_cli.path_or_id(config.model.name))
     return gemma4_map.Dims.from_hf_config(hf_config)
 
 

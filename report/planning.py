@@ -38,6 +38,7 @@ from data import packing
 from data import pipeline
 from training.common import flops as flops_lib
 from training.common import hparams
+from training.common.memory import BYTES
 from training.formats import gemma4_map
 
 # The recipe's fields: what a plan's --config sets on every machine's config.
@@ -186,8 +187,7 @@ def lora_state_bytes(dims, config):
 
 
 def base_bytes(dims, config):
-    return flops_lib.parameter_count(dims) * {"bfloat16": 2, "float16": 2, "float32": 4}.get(
-        config.model.dtype, 2)
+    return flops_lib.parameter_count(dims) * BYTES[config.model.dtype]
 
 
 def forward_share(dims, config):
@@ -224,23 +224,20 @@ def tpu_step(machine, config, dims, layout_, cache, whole=False):
     """The TPU step from the compiled program (extrapolated per layer)."""
     from training.tpu import aot  # pylint: disable=import-outside-toplevel
     from training.tpu import extrapolate  # pylint: disable=import-outside-toplevel
+    if not (machine.hbm_gbps_per_chip and machine.peak_flops_per_chip):
+        raise PlanError(f"{machine.name}: the machine table records no HBM bandwidth or peak "
+                        "FLOP/s for it (common/machines.py), so it has no roofline")
     measured = extrapolate.compile_step(dims, config, machine, cache, whole=whole)
     row = aot.row(dims, config, machine, measured,
                   non_padding_fraction=layout_["non_padding_fraction"],
                   trained_fraction=layout_["trained_fraction"])
-    if not (machine.hbm_gbps_per_chip and machine.peak_flops_per_chip):
-        raise PlanError(f"{machine.name}: the machine table records no HBM bandwidth or peak "
-                        "FLOP/s for it (common/machines.py), so it has no roofline")
-    compute = ((row["xla_flops"] + sum(k["flops"] for k in row["analytic_kernels"]))
-               / (machine.chips * machine.peak_flops_per_chip))
-    memory = row["xla_bytes_accessed"] / (machine.chips * machine.hbm_gbps_per_chip * 1e9)
     limit = aot.HBM_LIMIT * row["hbm_bytes"]
     why = "" if row["fits"] else (
         f"the step needs {_gib(row['per_chip_bytes'])} per chip (XLA), over "
         f"{aot.HBM_LIMIT:.0%} of {machine.hbm_gib_per_chip} GiB HBM ({_gib(limit)}): "
         "lower the micro-batch, enable remat, scan the layers, or use more chips")
     return Step(fits=row["fits"], roofline_seconds=row["roofline_seconds"],
-                bound="compute" if compute >= memory else "HBM bandwidth",
+                bound=row["roofline_bound"],
                 bytes_per_device=row["per_chip_bytes"], device_bytes=limit, why=why,
                 compile_seconds=measured["compile_seconds"],
                 details={"xla_flops": row["xla_flops"],
@@ -255,9 +252,8 @@ def tpu_step(machine, config, dims, layout_, cache, whole=False):
 def _gpu_fits(dims, config, processes):
     from training.gpu import config_base  # pylint: disable=import-outside-toplevel
     from training.gpu import memory_plan  # pylint: disable=import-outside-toplevel
-    parts = memory_plan.config_estimate(dims, config, processes,
-                                        config_base.use_fsdp(config, processes))
-    return parts
+    return memory_plan.config_estimate(dims, config, processes,
+                                       config_base.use_fsdp(config, processes))
 
 
 def _changed(config, **fields):
@@ -322,8 +318,16 @@ def gpu_step(machine, config, dims):
                 change=change, details={"compiled_flops": flops, "memory_plan": parts})
 
 
+ENDS = ("point", "low", "high")
+
+
 def _interval(point, low, high):
     return {"point": point, "low": low, "high": high}
+
+
+def _hours(parts, part):
+    """An interval of hours of one part of the billed seconds at each end."""
+    return _interval(*(parts[end][part] / 3600 for end in ENDS))
 
 
 def _scaled(interval, by):
@@ -363,12 +367,11 @@ def plan_machine(machine, config, dims, layout_, step, rates, *, exclude=(), ext
                                        config.checkpoint_every_steps),
                           eval_seconds=seconds[name] * share * eval_batches, evals=evals,
                           rates=rates)
-             for name in ("point", "low", "high")}
-    hours = _interval(*(parts[k]["total"] / 3600 for k in ("point", "low", "high")))
+             for name in ENDS}
+    hours = _hours(parts, "total")
     out.update(
-        step_seconds=seconds, billed_seconds=parts["point"],
-        hours=hours, step_hours=_interval(*(parts[k]["steps"] / 3600
-                                            for k in ("point", "low", "high"))), factor=_interval(mean, low, high),
+        step_seconds=seconds, billed_seconds=parts["point"], hours=hours,
+        step_hours=_hours(parts, "steps"), factor=_interval(mean, low, high),
         dollars=_scaled(hours, machine.dollars_per_hour),
         spot_dollars=_scaled(hours, machine.spot_dollars_per_hour),
         tokens_per_s=tokens / seconds["point"],
@@ -415,8 +418,9 @@ def mark(plans, deadline_hours=None, budget=None):
 
 
 def recipe_summary(recipe):
-    return {field: (_get(recipe, field).to_dict() if hasattr(_get(recipe, field), "to_dict")
-                    else _get(recipe, field)) for field in RECIPE_FIELDS}
+    values = {field: _get(recipe, field) for field in RECIPE_FIELDS}
+    return {field: value.to_dict() if hasattr(value, "to_dict") else value
+            for field, value in values.items()}
 
 
 def hparams_check(config, machine):

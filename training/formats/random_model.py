@@ -102,6 +102,16 @@ def spec_config(spec):
     return shrink_config(hf_config, spec.layers, spec.width_divisor)
 
 
+def base_config(model, name=""):
+    """(config.json dict, where it came from) of a config's base without its
+    weights: `name` (a directory, a file or a Hub id; default `model.name`), or
+    for `random-gemma4` the shape `model.random` describes."""
+    name = name or model.name
+    if name == base_model.RANDOM:
+        return spec_config(model.random), f"{name}: {model.random.to_dict()}"
+    return base_model.config_only(name)
+
+
 def write(path, hf_config, seed=0):
     """Writes the model directory of text config `hf_config` at `path` (atomically;
     an existing one is kept); returns path."""

@@ -305,7 +305,8 @@ def row(dims, config, machine, measured, *, non_padding_fraction, trained_fracti
     # counts, scaled by what the same generation's chips measured against theirs.
     xla_seconds = (measured["optimal_seconds"] + sum(k["seconds"] for k in kernels)
                    if measured["optimal_seconds"] > 0 else 0.0)
-    roofline = roofline_seconds(measured, kernels, machine)
+    compute, memory = roofline_parts(measured, kernels, machine)
+    roofline = max(compute, memory)
     basis = prediction_basis(machine, xla_seconds, roofline)
     step_seconds = basis["seconds"]
     tokens_per_s = positions * non_padding_fraction / step_seconds if step_seconds else None
@@ -330,6 +331,7 @@ def row(dims, config, machine, measured, *, non_padding_fraction, trained_fracti
         "xla_bytes_accessed": measured["xla_bytes_accessed"],
         "optimal_seconds": step_seconds,  # the prediction: see "prediction"
         "roofline_seconds": roofline,
+        "roofline_bound": "compute" if compute >= memory else "HBM bandwidth",
         "prediction": {k: v for k, v in basis.items() if k != "seconds"},
         "non_padding_fraction": non_padding_fraction, "trained_fraction": trained_fraction,
         "trained_tokens_per_step": positions * trained_fraction,
@@ -349,15 +351,20 @@ def row(dims, config, machine, measured, *, non_padding_fraction, trained_fracti
     }
 
 
-def roofline_seconds(measured, kernels, machine):
-    """The step at the chips' limits: XLA's counted FLOPs (plus the kernels', counted by
-    hand) at peak, or its counted bytes at the HBM bandwidth, whichever is longer; 0
-    where the machine table has no bandwidth for the chip."""
+def roofline_parts(measured, kernels, machine):
+    """(compute, memory) seconds of a step at the chips' limits: XLA's counted FLOPs
+    (plus the kernels', counted by hand) at peak, and its counted bytes at the HBM
+    bandwidth; (0, 0) where the machine table has no bandwidth for the chip."""
     if not machine.hbm_gbps_per_chip:
-        return 0.0
+        return 0.0, 0.0
     flops = measured["xla_flops"] + sum(k["flops"] for k in kernels)
-    return max(flops / (machine.chips * machine.peak_flops_per_chip),
-               measured["xla_bytes_accessed"] / (machine.chips * machine.hbm_gbps_per_chip * 1e9))
+    return (flops / (machine.chips * machine.peak_flops_per_chip),
+            measured["xla_bytes_accessed"] / (machine.chips * machine.hbm_gbps_per_chip * 1e9))
+
+
+def roofline_seconds(measured, kernels, machine):
+    """The step at the chips' limits: the longer of `roofline_parts`."""
+    return max(roofline_parts(measured, kernels, machine))
 
 
 def prediction_basis(machine, xla_seconds, roofline):

@@ -119,14 +119,8 @@ def main(argv):
     if base_name == base_model.TINY:
         raise CompileError("the tiny CPU model has no TPU to compile for: use a TPU config "
                            "(--config=v5p8.py) or --base_config")
-    if base_name == base_model.RANDOM:
-        from training.formats import random_model  # pylint: disable=import-outside-toplevel
-        hf_config = random_model.spec_config(config.model.random)
-        source = f"{base_name}: {config.model.random.to_dict()}"
-    else:
-        hf_config, source = base_model.config_only(
-            config_cli.user_path(base_name) if os.path.exists(config_cli.user_path(base_name))
-            else base_name)
+    from training.formats import random_model  # pylint: disable=import-outside-toplevel
+    hf_config, source = random_model.base_config(config.model, config_cli.path_or_id(base_name))
     dims = gemma4_map.Dims.from_hf_config(hf_config)
     if _LAYERS.value:
         try:

@@ -26,7 +26,6 @@ of compiling, and says how many it loaded.
 import dataclasses
 import gc
 import logging
-import os
 import statistics
 import tempfile
 import time
@@ -175,14 +174,10 @@ def _with_mfu(result, dims, config, devices):
 
 def _dims(config, workdir, base_config, layers, width_divisor):
     base_name = base_config or config.model.name
-    if base_name == base_model.RANDOM:
-        hf_config = random_model.spec_config(config.model.random)
-    else:
-        if base_name == base_model.TINY:
-            from training.common import lifecycle  # pylint: disable=import-outside-toplevel
-            base_name = lifecycle.materialize_base(config, workdir)
-        path = config_cli.user_path(base_name)
-        hf_config, _ = base_model.config_only(path if os.path.exists(path) else base_name)
+    if base_name == base_model.TINY:
+        from training.common import lifecycle  # pylint: disable=import-outside-toplevel
+        base_name = lifecycle.materialize_base(config, workdir)
+    hf_config, _ = random_model.base_config(config.model, config_cli.path_or_id(base_name))
     return gemma4_map.Dims.from_hf_config(
         random_model.shrink_config(hf_config, layers, width_divisor))
 

@@ -6,7 +6,9 @@ report's costs. Configs name a machine (`config.machine = "tpu-v5p-8"`); code
 looks it up with `get`.
 
 Figures are per chip (a TPU chip or one GPU); `chips` is how many the machine
-has, `hosts` how many VMs a run starts one process on. Prices are per hour for
+has, `hosts` how many VMs a run starts one process on (on GKE: nodes, one pod
+each), `gke_accelerator` the node label GKE gives that accelerator
+(common/kubernetes.py selects nodes by it and by the topology). Prices are per hour for
 the whole machine: on demand, the reference study's (training/common/recipe.md)
 where it states one, else the same price per chip for the other sizes of that
 generation (Google prices TPU slices and A3 VMs per chip); spot where a source
@@ -16,7 +18,9 @@ nor A3 Ultra (H200) or A4 (B200) prices. The report uses the on-demand price.
 
 Chip figures and topologies: Google's Cloud TPU pages for v5e, v6e and v5p
 (peak bf16, HBM and its bandwidth per chip, the supported 2D slice shapes with
-their chips and hosts); NVIDIA's datasheets for the GPUs (dense bf16, without
+their chips and hosts); GKE's TPU and GPU pages for the node labels and for
+the VMs of a multi-host v5e/v6e slice (4 chips each: a 4x4 slice is 4 VMs, which
+the TPU pages' "hosts" column counts as 2 physical hosts); NVIDIA's datasheets for the GPUs (dense bf16, without
 sparsity), as the search index held them on 2026-12-06. HBM is the sheets'
 decimal GB in GiB (32 GB -> 29.80), as the planner's limit; bandwidth in
 decimal GB/s.
@@ -44,11 +48,23 @@ class Machine:
     hosts: int = 1
     hbm_gbps_per_chip: float = 0.0  # HBM bandwidth, GB/s; 0: not recorded
     spot_dollars_per_hour: float | None = None  # whole machine; None: no price recorded
+    # GKE's node label for the accelerator (cloud.google.com/gke-tpu-accelerator for
+    # TPU slices, cloud.google.com/gke-accelerator for GPUs); empty for CPU.
+    gke_accelerator: str = ""
 
     @property
     def platform(self):
         """"tpu", "gpu" or "cpu": the accelerator a run on this machine must see."""
         return self.name.split("-")[0]
+
+    @property
+    def chips_per_host(self):
+        return self.chips // self.hosts
+
+    @property
+    def gke_topology(self):
+        """The slice shape GKE's cloud.google.com/gke-tpu-topology label names ("2x2x2")."""
+        return self.topology.partition(":")[2]
 
     @property
     def peak_flops_per_chip(self):
@@ -59,15 +75,20 @@ class Machine:
         return self.hbm_gib_per_chip * 2**30
 
 
-_V5P = dict(hbm_gib_per_chip=95.74, peak_bf16_tflops_per_chip=459.0, hbm_gbps_per_chip=2765.0)
-_H100 = dict(hbm_gib_per_chip=74.51, peak_bf16_tflops_per_chip=989.0, hbm_gbps_per_chip=3350.0)
+_V5P = dict(hbm_gib_per_chip=95.74, peak_bf16_tflops_per_chip=459.0, hbm_gbps_per_chip=2765.0,
+            gke_accelerator="tpu-v5p-slice")
+_H100 = dict(hbm_gib_per_chip=74.51, peak_bf16_tflops_per_chip=989.0, hbm_gbps_per_chip=3350.0,
+             gke_accelerator="nvidia-h100-80gb")
 # Google's v5e and v6e pages: 197 and 918 bf16 TFLOP/s, 16 and 32 GB of HBM per chip at
-# 819 and 1638 GB/s; slices 1x1, 2x2, 2x4 on one host (v6e-8 the study's machine), 4x4
-# on 2, 4x8 on 4.
-_V5E = dict(hbm_gib_per_chip=14.90, peak_bf16_tflops_per_chip=197.0, hbm_gbps_per_chip=819.0)
-_V6E = dict(hbm_gib_per_chip=29.80, peak_bf16_tflops_per_chip=918.0, hbm_gbps_per_chip=1638.0)
-_SLICES_2D = ((1, "1x1", 1), (4, "2x2", 1), (8, "2x4", 1), (16, "4x4", 2), (32, "4x8", 4))
-_H200 = dict(hbm_gib_per_chip=131.3, peak_bf16_tflops_per_chip=989.0, hbm_gbps_per_chip=4800.0)
+# 819 and 1638 GB/s; slices 1x1, 2x2, 2x4 on one VM (v6e-8 the study's machine), 4x4
+# on 4 VMs of 4 chips, 4x8 on 8.
+_V5E = dict(hbm_gib_per_chip=14.90, peak_bf16_tflops_per_chip=197.0, hbm_gbps_per_chip=819.0,
+            gke_accelerator="tpu-v5-lite-podslice")
+_V6E = dict(hbm_gib_per_chip=29.80, peak_bf16_tflops_per_chip=918.0, hbm_gbps_per_chip=1638.0,
+            gke_accelerator="tpu-v6e-slice")
+_SLICES_2D = ((1, "1x1", 1), (4, "2x2", 1), (8, "2x4", 1), (16, "4x4", 4), (32, "4x8", 8))
+_H200 = dict(hbm_gib_per_chip=131.3, peak_bf16_tflops_per_chip=989.0, hbm_gbps_per_chip=4800.0,
+             gke_accelerator="nvidia-h200-141gb")
 V6E_PER_CHIP = 21.52 / 8  # the study's v6e-8, per chip-hour
 H100_PER_GPU = 22.12 / 2  # the study's a3-highgpu-2g, per GPU-hour
 # Spot, us-central1, per GPU-hour: Google's billing catalog as the open price file of
@@ -93,11 +114,12 @@ def _tpu_slices():
                       topology=f"v6e:{shape}", hosts=hosts)
 
 
-def _h100(gpus):
-    return Machine(f"gpu-h100x{gpus}", chips=gpus, **_H100,
+def _h100(gpus, nodes=1):
+    vm = f"a3-highgpu-{gpus // nodes}g" + (f" x {nodes} nodes" if nodes > 1 else "")
+    return Machine(f"gpu-h100x{gpus}", chips=gpus, **_H100, hosts=nodes,
                    dollars_per_hour=gpus * H100_PER_GPU,
                    spot_dollars_per_hour=gpus * H100_SPOT_PER_GPU,
-                   source=f"a3-highgpu-{gpus}g: H100 80GB (3.35 TB/s), 989 dense bf16 TFLOP/s "
+                   source=f"{vm}: H100 80GB (3.35 TB/s), 989 dense bf16 TFLOP/s "
                           "per GPU (NVIDIA H100 datasheet); $11.06 per GPU-hour, the reference "
                           "study's a3-highgpu-2g price ($22.12/h); spot $6.33 per GPU-hour "
                           "(Google's billing catalog, us-central1, 2026-07-30)")
@@ -116,6 +138,7 @@ MACHINES = {m.name: m for m in (
             hosts=4),
     *_tpu_slices(),
     *(_h100(gpus) for gpus in (1, 2, 4, 8)),
+    _h100(16, nodes=2),
     Machine("gpu-h200", chips=1, **_H200, dollars_per_hour=None,
             source="one H200 141 GB (4.8 TB/s), the same dense bf16 peak as H100 (the device "
                    "machine of benchmark sessions); no price recorded"),
@@ -123,7 +146,7 @@ MACHINES = {m.name: m for m in (
             source="a3-ultragpu-8g: 8 x H200 141 GB (4.8 TB/s), 989 dense bf16 TFLOP/s per "
                    "GPU (NVIDIA H200 datasheet: 1,979 is with sparsity); no price recorded"),
     Machine("gpu-b200x8", chips=8, hbm_gib_per_chip=167.64, peak_bf16_tflops_per_chip=2250.0,
-            hbm_gbps_per_chip=8000.0, dollars_per_hour=None,
+            hbm_gbps_per_chip=8000.0, dollars_per_hour=None, gke_accelerator="nvidia-b200",
             source="a4-highgpu-8g: 8 x B200 180 GB (8 TB/s), 2,250 dense bf16 TFLOP/s per GPU "
                    "(NVIDIA DGX B200 datasheet); no price recorded"),
 )}

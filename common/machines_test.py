@@ -29,9 +29,10 @@ class MachinesTest(absltest.TestCase):
     def test_the_slices_people_rent(self):
         for name, (chips, hosts, topology) in {
                 "tpu-v5litepod-1": (1, 1, "v5e:1x1"), "tpu-v5litepod-8": (8, 1, "v5e:2x4"),
-                "tpu-v5litepod-16": (16, 2, "v5e:4x4"), "tpu-v5litepod-32": (32, 4, "v5e:4x8"),
+                "tpu-v5litepod-16": (16, 4, "v5e:4x4"), "tpu-v5litepod-32": (32, 8, "v5e:4x8"),
                 "tpu-v6e-1": (1, 1, "v6e:1x1"), "tpu-v6e-8": (8, 1, "v6e:2x4"),
-                "tpu-v6e-32": (32, 4, "v6e:4x8"), "tpu-v5p-32": (16, 4, "v5p:2x2x4")}.items():
+                "tpu-v6e-32": (32, 8, "v6e:4x8"), "tpu-v5p-32": (16, 4, "v5p:2x2x4"),
+                "gpu-h100x16": (16, 2, "")}.items():
             machine = machines.get(name)
             self.assertEqual((machine.chips, machine.hosts, machine.topology),
                              (chips, hosts, topology), name)
@@ -53,6 +54,8 @@ class MachinesTest(absltest.TestCase):
             with self.subTest(name):
                 self.assertGreaterEqual(machine.hosts, 1)
                 self.assertEqual(machine.chips % machine.hosts, 0)
+                # GKE schedules every accelerator by its label (common/kubernetes.py).
+                self.assertEqual(bool(machine.gke_accelerator), machine.platform != "cpu")
                 if machine.platform == "tpu":
                     # The topology holds exactly the machine's chips.
                     generation, shape = machine.topology.split(":")

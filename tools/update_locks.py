@@ -17,7 +17,9 @@ tools/oci/defs.bzl):
     holding only what it adds (jax[tpu]'s libtpu);
   * `train_gpu`: the whole GPU universe, compiled with the `train` lock (but for
     torch) as constraints: PyPI's CUDA torch and its NVIDIA libraries instead of
-    torch+cpu, every other package at the `train` lock's version.
+    torch+cpu, every other package at the `train` lock's version;
+  * `k8s`: kubernetes-validate (the Kubernetes API's schemas, for the manifest
+    tests), a universe of its own at the `train` lock's versions.
 
 `--images` asks the registry for the digest each pinned base's tag points to now
 and prints pinned vs current; with `--write` it moves MODULE.bazel's pins (and
@@ -58,6 +60,10 @@ OVERLAYS = {
     # train lock's torch+cpu; everything else as the train lock pins it. Bazel's
     # pypi_train hub serves it on --//common:accelerator=gpu (MODULE.bazel).
     "train_gpu": ("train", ("torch",), [], True),
+    # The Kubernetes schemas the rendered manifests are tested against
+    # (common/kubernetes_schemas.py): a test tool's universe, at the train lock's
+    # versions where the two share a package (PyYAML, packaging).
+    "k8s": ("train", (), [], True),
 }
 # libtpu's wheels are tagged manylinux_2_31; the images' Debian bookworm has glibc 2.36.
 PLATFORM = ["--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28"]

@@ -1,4 +1,4 @@
-"""Gemma 4 31B LoRA SFT on a v5litepod-16 slice: 2 hosts x 8 chips of 16 GB,
+"""Gemma 4 31B LoRA SFT on a v5litepod-16 slice: 4 hosts x 4 chips of 16 GB,
 fsdp=4 x tp=4.
 
 Launch the same command on both hosts; JAX finds its peers (`distributed.auto`).

@@ -143,7 +143,7 @@ def image_reference(image, repository, target):
     """`REPOSITORY@sha256:DIGEST` of the image the pods run.
 
     `image`: given whole (--image), checked for its form. Else the digest of the
-    OCI layout Bazel last built for `target` (//pkg:name, under bazel-bin in the
+    OCI layout Bazel last built for the label `target` (under bazel-bin in the
     workspace `bazel run` started in) at `repository` (where push_* put it).
     Returns (reference, where the digest came from)."""
     if image:

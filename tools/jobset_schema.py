@@ -1,6 +1,6 @@
 """Writes the JobSet schema the manifest tests validate against, from JobSet's CRD.
 
-    python3 tools/jobset_schema.py CRD.yaml v0.12.0
+    bazel run //tools:jobset_schema -- CRD.yaml v0.12.0
 
 CRD.yaml is config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml of
 kubernetes-sigs/jobset at the release tag given. Kept: the served version's
@@ -17,14 +17,15 @@ import sys
 
 import yaml
 
-OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "third_party",
-                   "jobset", "jobset_schema.json")
+OUT = os.path.join("third_party", "jobset", "jobset_schema.json")  # in the checkout
 SOURCE = "kubernetes-sigs/jobset config/components/crd/bases/jobset.x-k8s.io_jobsets.yaml"
 
 
 def _without_descriptions(node):
     if isinstance(node, dict):
-        return {k: _without_descriptions(v) for k, v in node.items() if k != "description"}
+        # A description is a string; a property that is named "description" is a schema.
+        return {k: _without_descriptions(v) for k, v in node.items()
+                if not (k == "description" and isinstance(v, str))}
     if isinstance(node, list):
         return [_without_descriptions(v) for v in node]
     return node
@@ -44,14 +45,19 @@ def schema(crd_bytes, release):
 
 def main(argv):
     if len(argv) != 3:
-        raise SystemExit(__doc__.strip().splitlines()[2].strip())
-    with open(argv[1], "rb") as f:
+        raise SystemExit("usage: " + __doc__.strip().splitlines()[2].strip())
+    # `bazel run` starts us in the runfiles; the paths the user typed and the
+    # checkout are where the command was run.
+    workspace = os.environ.get("BUILD_WORKSPACE_DIRECTORY", os.getcwd())
+    crd = os.path.join(os.environ.get("BUILD_WORKING_DIRECTORY", os.getcwd()), argv[1])
+    with open(crd, "rb") as f:
         result = schema(f.read(), argv[2])
-    with open(OUT, "w") as f:
+    out = os.path.join(workspace, OUT)
+    with open(out + ".tmp", "w") as f:
         json.dump(result, f, indent=1, sort_keys=True)
         f.write("\n")
-    print(f"wrote {os.path.normpath(OUT)}: {result['apiVersion']} {result['kind']} "
-          f"{result['release']}")
+    os.replace(out + ".tmp", out)
+    print(f"wrote {out}: {result['apiVersion']} {result['kind']} {result['release']}")
 
 
 if __name__ == "__main__":

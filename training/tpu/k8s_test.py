@@ -1,4 +1,4 @@
-"""//training/tpu:k8s: the JobSet of each TPU machine config, valid against the
+"""`//training/tpu:k8s` prints the JobSet of each TPU machine config, valid against the
 pinned schemas (Kubernetes 1.34, JobSet v0.12.0), placed and wired by the
 machine table; bad input as one `error:` line."""
 

@@ -78,6 +78,8 @@ class ServingManifestsTest(absltest.TestCase):
                 (("--config=v6e8.py", f"--model={local}"), "a pod cannot read this machine"),
                 (("--config=v6e8.py", "--model=./merged"), "a pod cannot read this machine"),
                 (("--config=v6e8.py",), "give --model"),
+                (("--config=v6e8.py", "--model=gs://b/m", "--config.machine=tpu-v9-8"),
+                 "unknown machine 'tpu-v9-8'"),
                 (("--config=v6e8.py", "--model=gs://b/m", "--config.api_key_env="),
                  "needs an API key")):
             with self.subTest(args):

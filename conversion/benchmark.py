@@ -102,9 +102,9 @@ def build(directory, layers, shard_mb):
     """The synthetic base (bf16 shards + index) and a fake TPU run holding a LoRA."""
     import torch  # pylint: disable=import-outside-toplevel
     from safetensors.torch import save_file  # pylint: disable=import-outside-toplevel
-    from training.formats import gemma4_map  # pylint: disable=import-outside-toplevel
+    from gemma4 import gemma4_map  # pylint: disable=import-outside-toplevel
     from conversion import testing  # pylint: disable=import-outside-toplevel
-    from training.formats import tiny_model  # pylint: disable=import-outside-toplevel
+    from gemma4 import tiny_model  # pylint: disable=import-outside-toplevel
     from training.tpu import testing as tpu_testing  # pylint: disable=import-outside-toplevel
     from training.tpu.configs import cpu  # pylint: disable=import-outside-toplevel
     base = os.path.join(directory, "base")

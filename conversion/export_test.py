@@ -15,6 +15,7 @@ from training.tpu import testing as tpu_testing  # 8 CPU devices first
 # pylint: disable=wrong-import-order
 from common import cli
 from common import gcs_emulator
+from common import run_dir as run_dir_lib
 from common import storage
 from conversion import exporting
 from conversion import import_adapter
@@ -22,13 +23,12 @@ from conversion import merge
 from conversion import model_card
 from conversion import testing
 from conversion import verify
+from gemma4 import adapter
+from gemma4 import base_model
+from gemma4 import gemma4_map
+from gemma4 import lora_map
+from gemma4 import orbax_lora
 from training.common import lifecycle
-from training.common import run_dir as run_dir_lib
-from training.formats import adapter
-from training.formats import base_model
-from training.formats import gemma4_map
-from training.formats import lora_map
-from training.formats import orbax_lora
 
 VLLM_TARGETS = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"}
 CONFIGS = {

@@ -7,15 +7,15 @@ import os
 
 from common import config_cli
 from common import jsonl
+from common import run_dir as run_dir_lib
 from common import storage
 from conversion import merge as merge_lib
 from conversion import model_card
-from training.common import run_dir as run_dir_lib
-from training.formats import adapter
-from training.formats import base_model as base_model_lib
-from training.formats import gemma4_map
-from training.formats import lora_map
-from training.formats import orbax_lora
+from gemma4 import adapter
+from gemma4 import base_model as base_model_lib
+from gemma4 import gemma4_map
+from gemma4 import lora_map
+from gemma4 import orbax_lora
 
 
 ORBAX_COMMITTED = "commit_success.txt"  # Orbax's marker of a finished step on GCS

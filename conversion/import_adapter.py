@@ -21,12 +21,11 @@ from absl import logging as absl_logging
 from common import cli
 from common import config_cli
 from common import storage
-from training.common import run_dir as run_dir_lib
-from training.formats import adapter
-from training.formats import base_model
-from training.formats import gemma4_map
-from training.formats import lora_map
-from training.formats import orbax_lora
+from gemma4 import adapter
+from gemma4 import base_model
+from gemma4 import gemma4_map
+from gemma4 import lora_map
+from gemma4 import orbax_lora
 
 _ADAPTER = flags.DEFINE_string("adapter", None, "PEFT adapter directory.")
 _BASE_MODEL = flags.DEFINE_string("base_model", None, "Base HF directory or Hub id (the "

@@ -28,8 +28,8 @@ import torch
 
 from common import cli
 from conversion import safetensors_stream
-from training.formats import base_model
-from training.formats import lora_map
+from gemma4 import base_model
+from gemma4 import lora_map
 
 INDEX = "model.safetensors.index.json"
 BLOCK_ELEMENTS = 1 << 23  # rows read and written at once: 16 MiB of bf16

@@ -11,7 +11,7 @@ from safetensors.torch import save_file
 
 from conversion import merge
 from conversion import safetensors_stream
-from training.formats import lora_map
+from gemma4 import lora_map
 
 RANK = 4
 

@@ -4,9 +4,9 @@ import json
 import os
 
 from common import config_cli
+from common import run_dir as run_dir_lib
 from common import storage
-from training.common import run_dir as run_dir_lib
-from training.formats import orbax_lora
+from gemma4 import orbax_lora
 
 
 def fake_run(run_dir, base_dir, config, factors, step=10):
@@ -25,8 +25,8 @@ def random_run(run_dir, base_dir, seed=0, scale=0.05):
 
     Returns (run_dir, dims, factors, config).
     """
-    from training.formats import base_model  # pylint: disable=import-outside-toplevel
-    from training.formats import gemma4_map  # pylint: disable=import-outside-toplevel
+    from gemma4 import base_model  # pylint: disable=import-outside-toplevel
+    from gemma4 import gemma4_map  # pylint: disable=import-outside-toplevel
     from training.tpu import testing as tpu_testing  # pylint: disable=import-outside-toplevel
     dims = gemma4_map.Dims.from_hf_config(base_model.read_config(base_dir))
     config = tpu_testing.cpu_config()

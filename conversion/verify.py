@@ -78,7 +78,7 @@ def memory_plan(base_dir, dtype, mesh_shape, host_available=None, offload=False)
     one and `offload` is off.
     """
     from safetensors import safe_open  # pylint: disable=import-outside-toplevel
-    from training.formats import base_model  # pylint: disable=import-outside-toplevel
+    from gemma4 import base_model  # pylint: disable=import-outside-toplevel
     counts = {"text": 0, "other": 0}
     by_file = {}
     for name, path in base_model.safetensors_files(base_dir).items():
@@ -135,8 +135,8 @@ def tunix_logits(base_dir, dims, qwix_factors, alpha, ids, dtype="float32", mesh
     import jax  # pylint: disable=import-outside-toplevel
     import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
     from ml_collections import config_dict  # pylint: disable=import-outside-toplevel
-    from training.formats import gemma4_map  # pylint: disable=import-outside-toplevel
-    from training.formats import lora_map  # pylint: disable=import-outside-toplevel
+    from gemma4 import gemma4_map  # pylint: disable=import-outside-toplevel
+    from gemma4 import lora_map  # pylint: disable=import-outside-toplevel
     from training.tpu import model as model_lib  # pylint: disable=import-outside-toplevel
     from training.tpu import forward  # pylint: disable=import-outside-toplevel
     from training.tpu import sharding  # pylint: disable=import-outside-toplevel
@@ -181,7 +181,7 @@ def compare(base_dir, dims, qwix_factors, alpha, adapter_dir, merged_dir, dtype=
             mesh_shape=(1, 1), offload_dir=None):
     """({pair: max |difference|} between the three models' logits, loaded one at a time,
     the adapter's effect: max |difference| it makes to the base, in the same dtype)."""
-    from training.formats import base_model  # pylint: disable=import-outside-toplevel
+    from gemma4 import base_model  # pylint: disable=import-outside-toplevel
     ids = tokens(dims.vocab, base_model.media_token_ids(base_model.read_config(base_dir)))
     peft, base = hf_logits(base_dir, ids, adapter_dir, dtype, offload_dir, base_too=True)
     logits = {"tunix_lora": tunix_logits(base_dir, dims, qwix_factors, alpha, ids, dtype,
@@ -208,11 +208,11 @@ def main(argv):
     from absl import logging as absl_logging  # pylint: disable=import-outside-toplevel
     absl_logging.set_verbosity(absl_logging.WARNING)
     from conversion import exporting  # pylint: disable=import-outside-toplevel
-    from training.formats import gemma4_map  # pylint: disable=import-outside-toplevel
-    from training.formats import orbax_lora  # pylint: disable=import-outside-toplevel
+    from gemma4 import gemma4_map  # pylint: disable=import-outside-toplevel
+    from gemma4 import orbax_lora  # pylint: disable=import-outside-toplevel
     from common import config_cli  # pylint: disable=import-outside-toplevel
     from common import storage  # pylint: disable=import-outside-toplevel
-    from training.formats import base_model  # pylint: disable=import-outside-toplevel
+    from gemma4 import base_model  # pylint: disable=import-outside-toplevel
     run_dir = config_cli.user_path(_RUN_DIR.value)
     # gs:// inputs are read from local copies (the export whole, the run's step).
     export_dir = storage.fetch(config_cli.user_path(_EXPORT_DIR.value), require_complete=True)

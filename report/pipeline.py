@@ -119,7 +119,7 @@ def _complete(path, *names):
     return all(os.path.exists(os.path.join(path, name)) for name in names)
 
 
-DEMO_EMBEDDING_STD = 0.5  # training/formats/tiny_model.py: a base whose logits can peak
+DEMO_EMBEDDING_STD = 0.5  # gemma4/tiny_model.py: a base whose logits can peak
 DEMO_DATA_PARALLEL = 2  # the CPU TPU config's replicas: an effective batch splits over them
 # Measured on the TPU stack, 4 sample problems, 40 steps of 8 rows: LoRA r=8/alpha 16
 # with the cosine schedule ends at loss 0.13; r=16/alpha 64 at 0.107; with the rate
@@ -146,7 +146,7 @@ def demo_inputs(p, sample_problems, steps):
     with open(path + ".tmp", "w") as f:
         f.writelines(json.dumps(rows[name]) + "\n" for name in wanted)
     os.replace(path + ".tmp", path)
-    from training.formats import tiny_model  # pylint: disable=import-outside-toplevel
+    from gemma4 import tiny_model  # pylint: disable=import-outside-toplevel
     base = tiny_model.ensure(os.path.join(demo, "base"), embedding_std=DEMO_EMBEDDING_STD)
     # Each step is one pass over the rows (two over an odd count, which the replicas
     # cannot split): the full-batch gradient at the least compute.

@@ -73,7 +73,7 @@ GPU_TEMPLATE = "h100x2.py"
 
 def _configs(directory):
     """{machine name: (file, config)} of a configs folder, real bases only."""
-    from training.formats import base_model  # pylint: disable=import-outside-toplevel
+    from gemma4 import base_model  # pylint: disable=import-outside-toplevel
     found = {}
     for name in sorted(os.listdir(directory)):
         if name.endswith(".py") and not name.startswith("_"):
@@ -121,9 +121,9 @@ def _tokenizer(name):
 
 
 def _dims(config):
-    from training.formats import base_model  # pylint: disable=import-outside-toplevel
-    from training.formats import gemma4_map  # pylint: disable=import-outside-toplevel
-    from training.formats import random_model  # pylint: disable=import-outside-toplevel
+    from gemma4 import base_model  # pylint: disable=import-outside-toplevel
+    from gemma4 import gemma4_map  # pylint: disable=import-outside-toplevel
+    from gemma4 import random_model  # pylint: disable=import-outside-toplevel
     if config.model.name == base_model.TINY:
         raise planning.PlanError("the tiny CPU model has no machine to plan for: set "
                                  "--config.model.name to a real base")

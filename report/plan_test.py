@@ -5,7 +5,6 @@ import dataclasses
 import json
 import os
 import subprocess
-import sys
 from unittest import mock
 
 from training.tpu import aot
@@ -20,11 +19,11 @@ from common import binaries
 from common import calibration
 from common import config_cli
 from common import machines
+from gemma4 import base_model
+from gemma4 import gemma4_map
 from report import comparison
 from report import plan as plan_lib
 from report import planning
-from training.formats import base_model
-from training.formats import gemma4_map
 from training.tpu import extrapolate
 from training.tpu.configs import v5p8
 

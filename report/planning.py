@@ -36,10 +36,10 @@ from common import cli
 from common import machines
 from data import packing
 from data import pipeline
+from gemma4 import gemma4_map
 from training.common import flops as flops_lib
 from training.common import hparams
 from training.common.memory import BYTES
-from training.formats import gemma4_map
 
 # The recipe's fields: what a plan's --config sets on every machine's config.
 # The rest (mesh, micro-batch, remat, attention, layout) is the machine config's.

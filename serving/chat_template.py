@@ -27,7 +27,7 @@ import json
 import os
 
 from common import cli
-from training.formats import base_model
+from gemma4 import base_model
 
 FILE_NAME = "chat_template.jinja"
 

@@ -41,11 +41,11 @@ from common import binaries
 from common import cli
 from common import config_cli
 from common import storage
+from gemma4 import adapter as adapter_lib
+from gemma4 import base_model
+from gemma4 import gemma4_map
 from serving import chat_template
 from serving import server_config
-from training.formats import adapter as adapter_lib
-from training.formats import base_model
-from training.formats import gemma4_map
 
 _API_MODULE = "vllm.entrypoints.openai.api_server"
 
@@ -56,7 +56,7 @@ class ServerError(cli.UserError):
 
 VLLM_SERVER = "//serving:vllm_server"
 VLLM_BENCH = "//serving:vllm_bench"
-TINY_MODEL = "//training/formats:tiny_model_for_serving"
+TINY_MODEL = "//gemma4:tiny_model_for_serving"
 
 
 def vllm_binary(label):
@@ -275,7 +275,7 @@ def parse_adapters(values):
 
 def model_config(model):
     """The model's config.json as a dict, if it is at hand: local directories and the
-    Hub ids whose config ships with the repository (training/formats/hub_configs);
+    Hub ids whose config ships with the repository (gemma4/hub_configs);
     None for other Hub ids (vLLM reads those itself)."""
     if not (os.path.isdir(model) or model in base_model.HUB_CONFIGS):
         return None
@@ -399,7 +399,7 @@ def resolve_model(name, run_dir):
     """A local directory for local names; Hub ids pass through (vLLM downloads them).
 
     Without a name: a tiny random Gemma 4 in run_dir, written by
-    //training/formats:tiny_model_for_serving on the serve lock's torch (this
+    //gemma4:tiny_model_for_serving on the serve lock's torch (this
     process imports no torch).
     """
     if name:

@@ -8,12 +8,12 @@ from unittest import mock
 from absl.testing import absltest
 
 from common import binaries
+from gemma4 import adapter
 from serving import launcher
 from serving import server_config
 from serving.configs import cpu
 from serving.configs import h100x2
 from serving.configs import v6e8
-from training.formats import adapter
 
 
 def _adapter(directory, rank):

@@ -13,7 +13,7 @@ from ml_collections import config_dict
 
 from common import cli
 from common import machines
-from training.formats import adapter
+from gemma4 import adapter
 
 # The vLLM images the `docker` runtime runs, pinned by digest: the bases of our
 # serving images (MODULE.bazel, tools/oci/bases.bzl; //tests:repository_pins_test

@@ -31,7 +31,7 @@ from absl.testing import absltest
 
 from common import repo
 
-TOP_LEVEL = ("common", "data", "training", "conversion", "serving", "eval", "report", "tools",
+TOP_LEVEL = ("common", "data", "gemma4", "training", "conversion", "serving", "eval", "report", "tools",
              "tests", "third_party")
 _SKIP_DIRS = {".git", ".venvs", "node_modules"}
 _BUILD_NAMES = ("BUILD.bazel", "BUILD")
@@ -527,7 +527,7 @@ class CheckTest(absltest.TestCase):
         readme = ("# Demo\n"
                   "`//serving:serve`, //serving:nope, //serving:configs/cpu.py, //:MODULE.bazel\n"
                   "//nope:x and //serving\n"
-                  "training/formats/gemma4_map.py, training/nope.py, serving/configs/*.py,"
+                  "gemma4/gemma4_map.py, training/nope.py, serving/configs/*.py,"
                   " serving/configs/*.yaml\n"
                   "`gemma4_map.hf_to_tunix`, `gemma4_map.weight`, `gemma4_map.nope`,"
                   " `gemma4_map.KEYS`, `gemma4_map._os`, `other.nope`, `a.gemma4_map.x`\n"
@@ -546,7 +546,7 @@ class CheckTest(absltest.TestCase):
             "serving/serve.py": "config.model.name = 'x'\n",
             "training/tpu/model.py": "def build():\n    pass\n",
             "serving/configs/cpu.py": "",
-            "training/formats/gemma4_map.py": module,
+            "gemma4/gemma4_map.py": module,
         })
         self.assertEqual(Repo(root).problems(), [
             "README.md:2: label '//serving:nope'",
@@ -558,9 +558,9 @@ class CheckTest(absltest.TestCase):
             "README.md:6: function 'nope_to_peft'",
             "README.md:7: document 'RECIPE.md'",
             "README.md:7: name 'model.nope'",
-            "training/formats/gemma4_map.py:1: name 'gemma4_map.gone'",
-            "training/formats/gemma4_map.py:1: path 'training/gone/'",
-            "training/formats/gemma4_map.py:6: function 'peft_to_nope'",
+            "gemma4/gemma4_map.py:1: name 'gemma4_map.gone'",
+            "gemma4/gemma4_map.py:1: path 'training/gone/'",
+            "gemma4/gemma4_map.py:6: function 'peft_to_nope'",
         ])
 
     def test_source_tree(self):

@@ -27,7 +27,7 @@ from absl.testing import absltest
 from common import repo
 from tests import build_files
 
-FIRST_PARTY = ("common", "data", "training", "conversion", "serving", "eval", "report",
+FIRST_PARTY = ("common", "data", "gemma4", "training", "conversion", "serving", "eval", "report",
                "tools", "tests")
 # Import names that are not their distribution's normalized name.
 MODULE_DISTRIBUTIONS = {

@@ -24,15 +24,15 @@ from absl.testing import absltest
 from tensorboardX.proto import event_pb2
 
 from common import binaries
+from common import run_dir as run_dir_lib
 from conversion import exporting
 from data import codev
 from data import sources
 from data import testing as data_testing
+from gemma4 import adapter
+from gemma4 import lora_map
+from gemma4 import orbax_lora
 from training.common import hparams
-from training.common import run_dir as run_dir_lib
-from training.formats import adapter
-from training.formats import lora_map
-from training.formats import orbax_lora
 from training.tpu import testing as tpu_testing  # 8 CPU devices
 # pylint: disable=wrong-import-order
 from training.gpu.configs import cpu as gpu_cpu

@@ -19,7 +19,7 @@ class RepositoryPinsTest(absltest.TestCase):
     def test_module_reads_every_lock(self):
         with open("MODULE.bazel") as f:
             text = f.read()
-        for lock in ("train", "serve", "serve_image", "train_tpu", "train_gpu"):
+        for lock in ("train", "serve", "serve_image", "train_tpu", "train_gpu", "k8s", "docs"):
             self.assertIn(f"//third_party/requirements:{lock}_lock.txt", text)
 
     def test_images_agree(self):

@@ -44,12 +44,12 @@ from data import testing as data_testing
 from data import tokenizer as tokenizer_lib
 from eval import prompts
 from eval import sampling
+from gemma4 import adapter as adapter_lib
+from gemma4 import tiny_model
 from serving import bench
 from serving import launcher
 from serving import sweep
 from serving.configs import cpu
-from training.formats import adapter as adapter_lib
-from training.formats import tiny_model
 from training.gpu import trainer as gpu_trainer
 
 PROMPT = [{"role": "user", "content": "Write a 2-to-1 multiplexer in Verilog."}]

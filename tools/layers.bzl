@@ -17,7 +17,7 @@ LAYERS = [
     # config flags, the one error path, the machine table, the repository root
     ("common", ["//common"]),
     ("data", ["//data"]),  # rows -> token ids + loss masks
-    ("formats", ["//training/formats"]),  # Gemma 4 and its files: dims, maps, adapters, base
+    ("gemma4", ["//gemma4"]),  # Gemma 4 and its files: dims, maps, adapters, base, tiny model
     ("training_common", ["//training/common"]),  # recipe, run lifecycle, schedule, FLOPs
     ("stacks", ["//training/tpu", "//training/gpu"]),
     ("stages", ["//conversion", "//serving", "//eval"]),

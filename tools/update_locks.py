@@ -19,7 +19,9 @@ tools/oci/defs.bzl):
     torch) as constraints: PyPI's CUDA torch and its NVIDIA libraries instead of
     torch+cpu, every other package at the `train` lock's version;
   * `k8s`: kubernetes-validate (the Kubernetes API's schemas, for the manifest
-    tests), a universe of its own at the `train` lock's versions.
+    tests), a universe of its own at the `train` lock's versions;
+  * `docs`: MkDocs and its Material theme, which build the site from docs/, the
+    same way.
 
 `--images` asks the registry for the digest each pinned base's tag points to now
 and prints pinned vs current; with `--write` it moves MODULE.bazel's pins (and
@@ -64,6 +66,8 @@ OVERLAYS = {
     # (common/kubernetes_schemas.py): a test tool's universe, at the train lock's
     # versions where the two share a package (PyYAML, packaging).
     "k8s": ("train", (), [], True),
+    # The documentation site's builder (//tests:docs_site_test builds it strictly).
+    "docs": ("train", (), [], True),
 }
 # libtpu's wheels are tagged manylinux_2_31; the images' Debian bookworm has glibc 2.36.
 PLATFORM = ["--python-version", "3.11", "--python-platform", "x86_64-manylinux_2_28"]

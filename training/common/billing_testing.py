@@ -2,9 +2,9 @@
 
 import json
 
+from common import run_dir as run_dir_lib
 from common import storage
 from training.common import billing
-from training.common import run_dir as run_dir_lib
 
 
 def step_records(run_dir):

@@ -19,7 +19,7 @@ from common import cli
 from data import pipeline
 
 # LoRA targets in Hugging Face module names. The TPU stack maps them to Tunix
-# names through training/formats/gemma4_map.py (q_einsum, kv_einsum and the K = V
+# names through gemma4/gemma4_map.py (q_einsum, kv_einsum and the K = V
 # global layers' k_einsum, attn_vec_einsum, ...), so both stacks train the same set.
 class RecipeError(cli.UserError):
     """Hyperparameters that contradict each other."""
@@ -91,9 +91,9 @@ def reference():
 
 
 def model(name, dtype, **fields):
-    """The `model` fields of both stacks: the base `name` (training/formats/base_model.py),
+    """The `model` fields of both stacks: the base `name` (gemma4/base_model.py),
     its `dtype`, and `random`, the shape of a `random-gemma4` base
-    (training/formats/random_model.py): `like`'s text model (a config.json, its
+    (gemma4/random_model.py): `like`'s text model (a config.json, its
     directory or a Hub id; empty: Gemma 4 31B) cut to its first `layers` (0: all)
     and narrowed by `width_divisor`."""
     return config_dict.ConfigDict({

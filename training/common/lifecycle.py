@@ -23,15 +23,15 @@ import time
 from common import cli
 from common import config_cli
 from common import machines
+from common import run_dir as run_dir_lib
 from common import storage
 from data import pipeline
+from gemma4 import base_model
+from gemma4 import gemma4_map
 from training.common import billing
 from training.common import flops
 from training.common import hparams
-from training.common import run_dir as run_dir_lib
 from training.common import tracking
-from training.formats import base_model
-from training.formats import gemma4_map
 
 DROPPED_ROWS_LISTED = 20  # row numbers run.json lists per drop reason
 
@@ -100,9 +100,9 @@ def wait_for_main(workdir, config, timeout_s=600):
 def _write_base(config, path):
     """Writes the base a run keeps in its directory (base_model.IN_RUN_DIR) at `path`."""
     if config.model.name == base_model.TINY:
-        from training.formats import tiny_model  # pylint: disable=import-outside-toplevel
+        from gemma4 import tiny_model  # pylint: disable=import-outside-toplevel
         return tiny_model.ensure(path, seed=config.seed)
-    from training.formats import random_model  # pylint: disable=import-outside-toplevel
+    from gemma4 import random_model  # pylint: disable=import-outside-toplevel
     return random_model.write(path, random_model.spec_config(config.model.random), config.seed)
 
 

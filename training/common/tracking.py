@@ -18,10 +18,10 @@ import urllib.parse
 import uuid
 
 from common import cli
+from common import run_dir
 from common import storage
 
 TRACKERS = ("tensorboard", "wandb")
-TENSORBOARD = "tensorboard"  # RUN_DIR/tensorboard/
 WANDB = "wandb"  # RUN_DIR/wandb/: W&B's own files (an offline run, logs)
 STATE = "tracking.json"  # RUN_DIR/tracking.json: the W&B run id
 
@@ -84,7 +84,7 @@ def _import_wandb():
 class TensorBoard:
     def __init__(self, local_dir):
         from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
-        self._writer = SummaryWriter(os.path.join(local_dir, TENSORBOARD))
+        self._writer = SummaryWriter(os.path.join(local_dir, run_dir.TENSORBOARD))
 
     def log(self, scalars, step):
         for name, value in scalars.items():

@@ -9,7 +9,7 @@ from unittest import mock
 from absl.testing import absltest
 
 from training.common import hparams
-from training.common import run_dir as run_dir_lib
+from training.common import metrics
 from training.common import tracking
 from training.common import wandb_offline
 
@@ -77,14 +77,14 @@ class TrackingTest(absltest.TestCase):
         run_dir = os.path.join(tmp, "my-run")
         config = offline_config()
         with mock.patch.dict(os.environ, wandb_offline.env(tmp)):
-            writer = run_dir_lib.MetricsWriter(run_dir, config=config)
+            writer = metrics.MetricsWriter(run_dir, config=config)
             for step, loss in ((1, 2.5), (2, 2.0), (3, 1.25)):
                 writer.write({"step": step, "loss": loss, "learning_rate": 1e-4 * step,
                               "grad_norm": None})
             writer.write_eval(3, 1.5, 40)
             writer.close()
             # A resume from step 2 drops step 3 from metrics.jsonl and logs it again.
-            writer = run_dir_lib.MetricsWriter(run_dir, resume_step=2, config=config)
+            writer = metrics.MetricsWriter(run_dir, resume_step=2, config=config)
             writer.write({"step": 3, "loss": 1.0, "learning_rate": 3e-4})
             writer.close()
         with open(os.path.join(run_dir, "metrics.jsonl")) as f:
@@ -108,14 +108,14 @@ class TrackingTest(absltest.TestCase):
 
     def test_totals_count_every_step_and_continue_after_a_resume(self):
         run_dir = self.create_tempdir().full_path
-        writer = run_dir_lib.MetricsWriter(run_dir)
+        writer = metrics.MetricsWriter(run_dir)
         for step in range(1, 7):  # logged every 3 steps
             writer.count(0.5 * step, 100 * step, 10 * step)
             if step % 3 == 0:
                 writer.write({"step": step})
         writer.close()
         # Resumed from step 3: the totals continue from step 3's record.
-        writer = run_dir_lib.MetricsWriter(run_dir, resume_step=3)
+        writer = metrics.MetricsWriter(run_dir, resume_step=3)
         self.assertEqual(writer.totals, {"total_step_time_s": 3.0, "total_tokens": 600,
                                          "total_trained_tokens": 60})
         writer.count(2.0, 400, 40)
@@ -130,7 +130,7 @@ class TrackingTest(absltest.TestCase):
             for step in (1, 2):
                 f.write(json.dumps({"step": step, "step_time_s": 1.5, "tokens": 7,
                                     "trained_tokens": 3}) + "\n")
-        writer = run_dir_lib.MetricsWriter(run_dir, resume_step=2)
+        writer = metrics.MetricsWriter(run_dir, resume_step=2)
         self.assertEqual(writer.totals, {"total_step_time_s": 3.0, "total_tokens": 14,
                                          "total_trained_tokens": 6})
         writer.close()

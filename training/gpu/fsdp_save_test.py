@@ -33,9 +33,9 @@ from peft import get_peft_model
 from peft import set_peft_model_state_dict
 
 from common import binaries
+from gemma4 import adapter as adapter_lib
+from gemma4 import tiny_model
 from training.common import hparams
-from training.formats import adapter as adapter_lib
-from training.formats import tiny_model
 from training.gpu import trainer
 
 TIMEOUT_S = 300
@@ -49,8 +49,8 @@ from peft import LoraConfig, get_peft_model
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 from torch.distributed.tensor import DTensor
+from gemma4 import gemma4_map, tiny_model
 from training.common import hparams
-from training.formats import gemma4_map, tiny_model
 from training.gpu import trainer
 
 out = sys.argv[1]

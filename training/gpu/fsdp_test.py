@@ -64,7 +64,7 @@ class FsdpTest(absltest.TestCase):
         # Gemma 4 registers rotary buffers in `set` order: hash seeds 0 and 1
         # give different raw orders, which trainer.order_buffers removes.
         code = ("import json, transformers\n"
-                "from training.formats import tiny_model\n"
+                "from gemma4 import tiny_model\n"
                 "from training.gpu import trainer\n"
                 "model = transformers.AutoModelForCausalLM.from_config("
                 "tiny_model.tiny_config(64))\n"

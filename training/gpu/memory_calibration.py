@@ -78,8 +78,8 @@ def measure(d, f, heads, vocab, tokens, remat, seed=0):
     from peft import get_peft_model  # pylint: disable=import-outside-toplevel
 
     from training.common import hparams  # pylint: disable=import-outside-toplevel
-    from training.formats import gemma4_map  # pylint: disable=import-outside-toplevel
-    from training.formats import tiny_model  # pylint: disable=import-outside-toplevel
+    from gemma4 import gemma4_map  # pylint: disable=import-outside-toplevel
+    from gemma4 import tiny_model  # pylint: disable=import-outside-toplevel
     from training.gpu import memory_plan  # pylint: disable=import-outside-toplevel
     from training.gpu import trainer  # pylint: disable=import-outside-toplevel
 

@@ -29,11 +29,11 @@ overestimates.
 """
 
 from common import cli
+from gemma4 import gemma4_map
 from training.common import memory
 from training.common.flops import lora_parameter_count
 from training.common.flops import parameter_count
 from training.common.memory import BYTES
-from training.formats import gemma4_map
 
 LORA_BYTES = 4  # PEFT's float32 factors (and so their gradients and AdamW moments)
 

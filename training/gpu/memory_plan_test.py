@@ -7,8 +7,8 @@ import subprocess
 from absl.testing import absltest
 
 from common import binaries
-from training.formats import base_model
-from training.formats import gemma4_map
+from gemma4 import base_model
+from gemma4 import gemma4_map
 from training.gpu import memory_calibration
 from training.gpu import memory_plan
 from training.gpu.configs import h100x2

@@ -19,7 +19,7 @@ from absl.testing import absltest
 
 from data import packing
 from data import views
-from training.formats import tiny_model
+from gemma4 import tiny_model
 from training.gpu import trainer
 
 VOCAB = 256

@@ -31,10 +31,10 @@ from absl import logging as absl_logging
 from common import cli
 from common import config_cli
 from common import machines
+from common import run_dir
 from common import storage
-from training.common import run_dir
-from training.formats import base_model
-from training.formats import gemma4_map
+from gemma4 import base_model
+from gemma4 import gemma4_map
 from training.gpu import config_base
 from training.gpu import launching
 from training.gpu import memory_plan

@@ -25,14 +25,15 @@ import transformers
 from transformers import TrainerCallback
 
 from common import cli
+from common import run_dir as run_dir_lib
 from common import storage
 from data import packing
 from data import views
+from gemma4 import gemma4_map
 from training.common import billing
 from training.common import hparams
 from training.common import lifecycle
-from training.common import run_dir as run_dir_lib
-from training.formats import gemma4_map
+from training.common import metrics as metrics_lib
 from training.gpu import config_base
 
 log = logging.getLogger("training.gpu")
@@ -234,7 +235,7 @@ class _RunCallback(TrainerCallback):
         self.preempted = False  # whether the run stopped for a SIGTERM on any rank
 
     def on_train_begin(self, args, state, control, **kwargs):
-        self._writer = run_dir_lib.MetricsWriter(self._run.workdir, resume_step=state.global_step,
+        self._writer = metrics_lib.MetricsWriter(self._run.workdir, resume_step=state.global_step,
                                                  enabled=self._enabled, config=self._run.config)
         if state.global_step:
             self._run.record.resumed(state.global_step)
@@ -474,7 +475,7 @@ def _model(config, base_dir, dims):
     tie_fused_kv(model, dims)
     if config.lora.init_from:
         # A PEFT adapter directory, e.g. the TPU stack's export (parity tests).
-        from training.formats import adapter as adapter_lib  # pylint: disable=import-outside-toplevel
+        from gemma4 import adapter as adapter_lib  # pylint: disable=import-outside-toplevel
         factors, saved = adapter_lib.read(config.lora.init_from)
         lifecycle.check_compatible({"lora_rank": saved["r"]}, {"lora_rank": config.lora.rank},
                                    config.lora.init_from)

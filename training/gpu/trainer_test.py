@@ -124,7 +124,7 @@ class GpuTrainerTest(absltest.TestCase):
         billing_testing.assert_killed_then_resumed(self, workdir, 2, STEPS,
                                                    killed_s + resumed_s)
         # A broken line before the last: the TPU stack's trainer_test runs that case
-        # (the same MetricsWriter, training/common/run_dir.py).
+        # (the same MetricsWriter, training/common/metrics.py).
 
     def test_sigterm_saves_and_exits_cleanly(self):
         workdir = self.create_tempdir().full_path

@@ -64,8 +64,8 @@ import time
 
 from common import calibration
 from common import cli
+from gemma4 import gemma4_map
 from training.common import flops as flops_lib
-from training.formats import gemma4_map
 from training.tpu import mesh_plan
 
 log = logging.getLogger(__name__)

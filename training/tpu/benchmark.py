@@ -21,13 +21,13 @@ from common import cli
 from common import config_cli
 from data import packing
 from data import synthetic
+from gemma4 import base_model
+from gemma4 import gemma4_map
 from training.common import lifecycle
-from training.formats import base_model
-from training.formats import gemma4_map
 from training.tpu import mesh_plan
 from training.tpu import sharding
-from training.tpu import trainer
 from training.tpu import train_step
+from training.tpu import trainer
 from training.tpu.configs import cpu
 
 _STEPS = flags.DEFINE_integer("steps", 6, "Timed steps per mode (after one warm-up).")

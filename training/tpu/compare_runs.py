@@ -19,9 +19,9 @@ from absl import flags
 
 from common import cli
 from common import config_cli
+from common import run_dir as run_dir_lib
 from common import storage
-from training.common import run_dir as run_dir_lib
-from training.formats import orbax_lora
+from gemma4 import orbax_lora
 
 _STEP = flags.DEFINE_integer("step", None, "The checkpoint step to compare (default: the "
                              "newest of the first run).")

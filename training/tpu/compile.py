@@ -44,7 +44,7 @@ _WORKDIR = flags.DEFINE_string("workdir", "runs/tpu-compile", "Where compile.jso
 _BASE_CONFIG = flags.DEFINE_string(
     "base_config", "", "The base model's config.json, its directory or a Hub id (default: "
     "the config's model.name; google/gemma-4-31B-it reads the copy in "
-    "training/formats/hub_configs).")
+    "gemma4/hub_configs).")
 _LAYERS = flags.DEFINE_list(
     "layers", [], "Keep only these layer indices of the base (e.g. 0,5: one sliding and one "
     "global layer of Gemma 4), for quick checks; default all.")
@@ -77,7 +77,7 @@ def measured_fractions(config, base_name):
     from data import packing as packing_lib  # pylint: disable=import-outside-toplevel
     from data import pipeline  # pylint: disable=import-outside-toplevel
     from data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
-    from training.formats import base_model  # pylint: disable=import-outside-toplevel
+    from gemma4 import base_model  # pylint: disable=import-outside-toplevel
     try:
         # The random base carries the embedded tokenizer (random_model.py).
         tokenizer = tokenizer_lib.build_tokenizer() if base_name == base_model.RANDOM \
@@ -106,8 +106,8 @@ def main(argv):
     from training.tpu import aot  # pylint: disable=import-outside-toplevel
     aot.use_libtpu()  # before anything starts JAX
     from common import machines  # pylint: disable=import-outside-toplevel
-    from training.formats import base_model  # pylint: disable=import-outside-toplevel
-    from training.formats import gemma4_map  # pylint: disable=import-outside-toplevel
+    from gemma4 import base_model  # pylint: disable=import-outside-toplevel
+    from gemma4 import gemma4_map  # pylint: disable=import-outside-toplevel
     from training.tpu import libtpu_flags  # pylint: disable=import-outside-toplevel
     from training.tpu import mesh_plan  # pylint: disable=import-outside-toplevel
 
@@ -119,7 +119,7 @@ def main(argv):
     if base_name == base_model.TINY:
         raise CompileError("the tiny CPU model has no TPU to compile for: use a TPU config "
                            "(--config=v5p8.py) or --base_config")
-    from training.formats import random_model  # pylint: disable=import-outside-toplevel
+    from gemma4 import random_model  # pylint: disable=import-outside-toplevel
     hf_config, source = random_model.base_config(config.model, config_cli.path_or_id(base_name))
     dims = gemma4_map.Dims.from_hf_config(hf_config)
     if _LAYERS.value:

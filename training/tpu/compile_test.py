@@ -29,9 +29,9 @@ from jax.sharding import SingleDeviceSharding
 
 from common import calibration
 from common import machines
+from gemma4 import base_model
+from gemma4 import gemma4_map
 from training.common import hparams
-from training.formats import base_model
-from training.formats import gemma4_map
 from training.tpu import libtpu_flags
 from training.tpu import mesh_plan
 from training.tpu.configs import v5p8

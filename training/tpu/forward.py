@@ -42,7 +42,7 @@ from jax.sharding import PartitionSpec as P
 from tunix.models.gemma4 import model as gemma4
 
 from common import cli
-from training.formats import gemma4_map
+from gemma4 import gemma4_map
 from training.tpu import layer_scan
 
 KERNELS = ("dense", "splash")

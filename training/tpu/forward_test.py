@@ -13,7 +13,7 @@ from ml_collections import config_dict
 
 from training.tpu import testing  # sets up 8 CPU devices first
 # pylint: disable=wrong-import-order
-from training.formats import gemma4_map
+from gemma4 import gemma4_map
 from training.tpu import forward
 from training.tpu import model as model_lib
 

@@ -15,7 +15,7 @@ from common import gcs_emulator
 from common import kubernetes_rehearsal
 from common import kubernetes_schemas
 from common import storage
-from training.formats import orbax_lora
+from gemma4 import orbax_lora
 
 STEPS = 6
 IMAGE = "r.io/p/train@sha256:" + "00" * 32

@@ -16,8 +16,8 @@ from jax.sharding import PartitionSpec as P
 
 from training.tpu import testing  # sets up 8 CPU devices first
 # pylint: disable=wrong-import-order
-from training.formats import gemma4_map
-from training.formats import orbax_lora
+from gemma4 import gemma4_map
+from gemma4 import orbax_lora
 from training.tpu import checkpoints
 from training.tpu import forward
 from training.tpu import layer_scan

@@ -3,8 +3,8 @@ from absl.testing import absltest
 from absl.testing import parameterized
 from ml_collections import config_dict
 
+from gemma4 import lora_map
 from training.common import hparams
-from training.formats import lora_map
 from training.tpu import testing as tpu_testing
 
 CONFIGS = {

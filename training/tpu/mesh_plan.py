@@ -12,13 +12,12 @@ at once, naming the dimension and listing the meshes that would work.
 import dataclasses
 
 from common import cli
+from gemma4 import gemma4_map
 from training.common import hparams
 from training.common import memory
 from training.common.flops import lora_parameter_count
 from training.common.flops import parameter_count
 from training.common.memory import BYTES
-from training.common.memory import GIB
-from training.formats import gemma4_map
 
 
 class MeshError(cli.UserError):

@@ -3,9 +3,9 @@ import time
 from absl.testing import absltest
 
 from common import machines
+from gemma4 import gemma4_map
 from training.common import flops
 from training.common import hparams
-from training.formats import gemma4_map
 from training.tpu import mesh_plan
 
 GEMMA4_31B = gemma4_map.Dims(

@@ -3,7 +3,7 @@
 The model is built abstractly (shapes and shardings only, Qwix's LoRA factors
 included), then every array is created directly in its final sharding: base
 weights stream tensor by tensor from the safetensors shards through the one
-name/shape map (training/formats/gemma4_map.py), so a host never holds more than one
+name/shape map (gemma4/gemma4_map.py), so a host never holds more than one
 tensor beyond its own shards. Every Tunix parameter must be filled and every
 text-model tensor used; vision-tower tensors of multimodal checkpoints are
 skipped.
@@ -28,8 +28,8 @@ from flax import nnx
 from safetensors import safe_open
 from tunix.models.gemma4 import model as gemma4
 
-from training.formats import base_model
-from training.formats import gemma4_map
+from gemma4 import base_model
+from gemma4 import gemma4_map
 from training.tpu import forward
 from training.tpu import layer_scan
 from training.tpu import sharding as sharding_lib

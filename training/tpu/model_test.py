@@ -13,8 +13,8 @@ from flax import nnx
 
 from training.tpu import testing  # sets up 8 CPU devices first
 # pylint: disable=wrong-import-order
-from training.formats import base_model
-from training.formats import gemma4_map
+from gemma4 import base_model
+from gemma4 import gemma4_map
 from training.tpu import forward
 from training.tpu import model as model_lib
 

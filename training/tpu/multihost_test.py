@@ -18,7 +18,7 @@ from absl.testing import absltest
 from common import binaries
 from common import gcs_emulator
 from common import storage
-from training.formats import orbax_lora
+from gemma4 import orbax_lora
 
 STEPS = 3
 _ARGS = (f"--config.max_steps={STEPS}", "--config.checkpoint_every_steps=100")

@@ -9,7 +9,7 @@
 TPU; this runs it. The config's base model (its config.json alone: no
 weights are read) gets random weights, optionally cut to its first --layers
 layers and narrowed by --width_divisor (hidden size, MLP width and head
-counts divided) to fit the chips at hand: training/formats/random_model.py's,
+counts divided) to fit the chips at hand: gemma4/random_model.py's,
 the weights `sft` trains from with `--config=one_chip.py`. For each layout, in one process:
 the config's step is traced and lowered, compiled (both timed), then run on
 batches of random tokens with CodeV-R1's length profile (data/synthetic.py),
@@ -42,17 +42,17 @@ from common import machines
 from common import storage
 from data import packing
 from data import synthetic
+from gemma4 import base_model
+from gemma4 import gemma4_map
+from gemma4 import random_model
 from training.common import flops as flops_lib
-from training.formats import base_model
-from training.formats import gemma4_map
-from training.formats import random_model
 from training.tpu import aot
 from training.tpu import mesh_plan
 from training.tpu import model as model_lib
 from training.tpu import sharding
 from training.tpu import state as state_lib
-from training.tpu import trainer
 from training.tpu import train_step
+from training.tpu import trainer
 
 _CONFIG = config_cli.define_config_flag(__file__, default="cpu.py")
 _BASE_CONFIG = flags.DEFINE_string(

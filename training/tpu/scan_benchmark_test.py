@@ -1,14 +1,14 @@
 """The scan benchmark: a run of both layouts on the tiny model (the same first loss;
 a rerun loads from the cache). The model it shrinks and its random weights are
-random_model's (training/formats/random_model_test.py)."""
+random_model's (gemma4/random_model_test.py)."""
 
 import os
 import tempfile
 
 from absl.testing import absltest
 
-from training.tpu import testing  # sets up 8 CPU devices first
 from training.tpu import scan_benchmark
+from training.tpu import testing  # sets up 8 CPU devices first
 
 
 class RunTest(absltest.TestCase):

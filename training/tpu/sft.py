@@ -16,7 +16,7 @@ from absl import logging as absl_logging
 
 from common import cli
 from common import config_cli
-from training.common import run_dir
+from common import run_dir
 
 _CONFIG = config_cli.define_config_flag(__file__)
 _WORKDIR = flags.DEFINE_string(

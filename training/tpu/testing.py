@@ -10,8 +10,8 @@ jax.config.update("jax_num_cpu_devices", 8)
 
 # pylint: disable=wrong-import-position
 from data import tokenizer as tokenizer_lib
-from training.formats import gemma4_map
-from training.formats import tiny_model
+from gemma4 import gemma4_map
+from gemma4 import tiny_model
 
 _TOKENIZER = []
 

@@ -18,15 +18,16 @@ from jax.experimental.compilation_cache import compilation_cache
 
 from common import cli
 from common import machines
+from common import run_dir as run_dir_lib
 from common import storage
 from data import packing
 from data import views
+from gemma4 import base_model
+from gemma4 import gemma4_map
+from gemma4 import orbax_lora
 from training.common import billing
 from training.common import lifecycle
-from training.common import run_dir as run_dir_lib
-from training.formats import base_model
-from training.formats import gemma4_map
-from training.formats import orbax_lora
+from training.common import metrics as metrics_lib
 from training.tpu import checkpoints as checkpoints_lib
 from training.tpu import layer_scan
 from training.tpu import libtpu_flags
@@ -268,7 +269,7 @@ def _evaluate(run, state, lora):
 
 def _loop(run, state, step, data_iterator, checkpoints, cache=None):
     config, main = run.config, jax.process_index() == 0
-    writer = run_dir_lib.MetricsWriter(run.workdir, resume_step=step, enabled=main,
+    writer = metrics_lib.MetricsWriter(run.workdir, resume_step=step, enabled=main,
                                      config=config)
     preemption = lifecycle.Preemption(agree=_any_process)
     schedule = optimizer_lib.learning_rate_schedule(config.optimizer, run.total_steps)

@@ -7,7 +7,7 @@ smoke test of a fresh TPU VM (nothing is downloaded):
 
 The model is 31B's first six layers (five sliding-window, one global) with the
 hidden size, MLP width and head counts halved (hidden 2688, MLP 10752, 16
-heads), its vocabulary and head dims (training/formats/random_model.py: the
+heads), its vocabulary and head dims (gemma4/random_model.py: the
 weights `//training/tpu:scan_benchmark --config=one_chip.py` times). The
 recipe is v5p8.py's (packed, splash, no remat, rbg masks) on a 1 x 1 mesh:
 micro-batch 1 x 8 accumulation steps of 3072 tokens. Data: 1,000 rows of
@@ -15,7 +15,7 @@ micro-batch 1 x 8 accumulation steps of 3072 tokens. Data: 1,000 rows of
 so that the adapter moves within a short run; a checkpoint every 10 steps.
 """
 
-from training.formats import base_model
+from gemma4 import base_model
 from training.tpu.configs import v5p8
 
 

@@ -11,9 +11,9 @@ from absl.testing import absltest
 from ml_collections import config_dict
 from safetensors import safe_open
 
-from training.formats import base_model
-from training.formats import gemma4_map
-from training.formats import random_model
+from gemma4 import base_model
+from gemma4 import gemma4_map
+from gemma4 import random_model
 
 
 def config_31b():

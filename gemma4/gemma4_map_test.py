@@ -6,8 +6,8 @@ import re
 
 from absl.testing import absltest
 
-from training.formats import base_model
-from training.formats import gemma4_map
+from gemma4 import base_model
+from gemma4 import gemma4_map
 
 HUB_31B = "google/gemma-4-31B-it"
 

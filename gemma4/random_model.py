@@ -15,7 +15,7 @@ exported and checked elsewhere against the same base without copying it. Norm
 scales are 1 + N(0, 0.1^2), layer scalars 1, everything else N(0, 0.02^2), in
 bfloat16 (the real checkpoint's dtype) in one safetensors file.
 
-    python -m training.formats.random_model DIR --layers=6 --width_divisor=2
+    python -m gemma4.random_model DIR --layers=6 --width_divisor=2
 """
 
 import argparse
@@ -29,8 +29,8 @@ import numpy as np
 
 from common import cli
 from common import storage
-from training.formats import base_model
-from training.formats import gemma4_map
+from gemma4 import base_model
+from gemma4 import gemma4_map
 
 DEFAULT_LIKE = "google/gemma-4-31B-it"
 WEIGHTS = "model.safetensors"

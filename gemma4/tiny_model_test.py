@@ -10,8 +10,8 @@ from absl.testing import absltest
 from common import gcs_emulator
 from common import storage
 from data import tokenizer as tokenizer_lib
-from training.formats import base_model
-from training.formats import tiny_model
+from gemma4 import base_model
+from gemma4 import tiny_model
 
 
 class TinyModelTest(absltest.TestCase):

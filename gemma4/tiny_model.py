@@ -19,7 +19,7 @@ attention takes.
 safetensors, generation_config.json, tokenizer files, and for the multimodal
 base the real checkpoint's processor_config.json), the form every stage
 reads a base model in; `ensure` writes the one a CPU run starts from. Run as a
-module (`python -m training.formats.tiny_model DIR`) it lets another
+module (`python -m gemma4.tiny_model DIR`) it lets another
 environment write one: the serving binary asks the vLLM environment, so that
 serving itself never imports torch.
 """

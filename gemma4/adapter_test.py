@@ -6,8 +6,8 @@ import os
 import numpy as np
 from absl.testing import absltest
 
-from training.formats import adapter
-from training.formats import gemma4_map
+from gemma4 import adapter
+from gemma4 import gemma4_map
 
 DIMS = gemma4_map.Dims(
     vocab=64, embed=16, mlp=32, heads=2, head_dim=8, kv_heads=1, global_kv_heads=1,

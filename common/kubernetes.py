@@ -20,6 +20,7 @@ come from Workload Identity (a Kubernetes service account bound to a Google one)
 and the serving API key from a Secret: nothing secret is in a manifest.
 """
 
+import copy
 import datetime
 import json
 import os
@@ -50,6 +51,14 @@ DEFAULT_MAX_RESTARTS = 3
 # The Kubernetes service account the pods run as; bound to a Google service account
 # with access to the bucket (Workload Identity).
 DEFAULT_SERVICE_ACCOUNT = "gemma4-toolkit"
+# What a training pod's SIGTERM (a preempted or drained node) leaves it to finish its
+# step and save a checkpoint; then it exits with PREEMPTED_EXIT_CODE, so that its Job
+# fails and the JobSet restarts the run from that checkpoint.
+TRAINING_GRACE_S = 300
+PREEMPTED_EXIT_CODE = 143
+# One slice per node pool: the pods of a multi-host TPU JobSet land on one pool's
+# nodes, which share the slice's interconnect.
+EXCLUSIVE_TOPOLOGY = {"alpha.jobset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool"}
 APP_LABEL = "app.kubernetes.io/name"
 APP = "gemma4-toolkit"
 _DIGEST = re.compile(r"^[a-z0-9][a-z0-9._/:-]*@sha256:[0-9a-f]{64}$")
@@ -83,6 +92,9 @@ class Flags:
             "bucket.")
         self.out = flags.DEFINE_string("out", None, "Write the manifests to this file "
                                        "instead of printing them.")
+        self.hf_token_secret = flags.DEFINE_string(
+            "hf_token_secret", "hf-token", "The Secret whose key `token` holds HF_TOKEN, for "
+            "a gated Hub model (optional: the pods start without it).")
         if job:
             self.workdir = flags.DEFINE_string(
                 "workdir", None, "The run directory, a gs://BUCKET/... URL (pods keep no "
@@ -110,7 +122,8 @@ def name_from(path, prefix):
 
 def require_bucket(workdir, hosts):
     """Pods keep no disk between restarts and hosts share none: a run directory on
-    Kubernetes is a gs:// URL (as `sft` asks of a run on several hosts)."""
+    Kubernetes is a gs:// URL (mounted with Cloud Storage FUSE where a stack needs a
+    file system)."""
     if not storage.is_url(workdir):
         raise ManifestError(
             f"--workdir={workdir} is a local folder: a pod's disk is gone when it restarts"
@@ -131,6 +144,9 @@ def config_args(argv, stack_configs):
         elif arg.startswith("--config="):
             value = arg.partition("=")[2]
         elif re.match(r"^--(no)?config\.", arg):
+            if "=" not in arg and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+                raise ManifestError(f"write {arg}={argv[i + 1]}: the pods get each override "
+                                    "as one argument")
             overrides.append(arg)
     if "/" in value.partition(":")[0]:
         raise ManifestError(
@@ -197,6 +213,11 @@ def env_value(name, value):
     return {"name": name, "value": str(value)}
 
 
+def hf_token(secret):
+    """HF_TOKEN from `secret`'s key `token`, if the Secret exists (a gated Hub model)."""
+    return env_from_secret("HF_TOKEN", secret, "token", optional=True)
+
+
 def env_from_secret(name, secret, key, optional=False):
     ref = {"name": secret, "key": key}
     if optional:
@@ -254,20 +275,26 @@ def coordinator_host(name, replicated_job):
     return f"{name}-{replicated_job}-0-0.{name}"
 
 
-def jobset(name, component, replicated_job, pods, pod, max_restarts, annotations=None):
+def jobset(name, component, replicated_job, pods, pod, max_restarts, annotations=None,
+           jobset_annotations=None):
     """A JobSet of `pods` pods running `pod` (a pod spec), each told its index in
-    INDEX_ENV, restarted together up to `max_restarts` times."""
+    INDEX_ENV, restarted together up to `max_restarts` times. `annotations` go on
+    the pods, `jobset_annotations` on the JobSet."""
     template_metadata = {"labels": labels(component, name)}
     if annotations:
         template_metadata["annotations"] = dict(annotations)
+    pod = copy.deepcopy(pod)
     for spec in pod["containers"]:
         spec.setdefault("env", []).insert(0, {
             "name": INDEX_ENV,
             "valueFrom": {"fieldRef": {"fieldPath": f"metadata.annotations['{INDEX_ANNOTATION}']"}}})
+    metadata = {"name": name, "labels": labels(component, name)}
+    if jobset_annotations:
+        metadata["annotations"] = dict(jobset_annotations)
     return {
         "apiVersion": JOBSET_API_VERSION,
         "kind": "JobSet",
-        "metadata": {"name": name, "labels": labels(component, name)},
+        "metadata": metadata,
         "spec": {
             # Pods reach each other by NAME-JOB-0-0.NAME (coordinator_host), also
             # before they are ready.
@@ -301,7 +328,7 @@ def job_header(name, binary, machine, pods, source, max_restarts, workdir):
 
 def job_main(argv, config, options, image_target, binary, manifests):
     """The main of a training stack's `k8s` binary: `manifests(config, argv, workdir,
-    image, name, max_restarts, service_account)` -> ([documents], pods), written."""
+    image, name, options)` -> ([documents], pods), written."""
     if len(argv) > 1:
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     workdir = options.workdir.value
@@ -310,8 +337,7 @@ def job_main(argv, config, options, image_target, binary, manifests):
     name = check_name(options.name.value or name_from(workdir, "sft"))
     image, source = image_reference(options.image.value, options.repository.value,
                                     image_target)
-    documents, pods = manifests(config, sys.argv[1:], workdir, image, name,
-                                options.max_restarts.value, options.service_account.value)
+    documents, pods = manifests(config, sys.argv[1:], workdir, image, name, options)
     write(dump(documents, job_header(name, binary, config.machine, pods, source,
                                      options.max_restarts.value, workdir)), options.out.value)
 
@@ -321,6 +347,23 @@ class _Dumper(yaml.SafeDumper):
 
     def ignore_aliases(self, data):
         return True
+
+
+def training_jobset(name, component, replicated_job, machine, pods, image, command, args,
+                    port, options, volumes=(), mounts=(), annotations=None,
+                    jobset_annotations=None):
+    """The JobSet of a training stack: `pods` pods of `machine` running `command`
+    `args` in `image`, given a SIGTERM's time to save and the status that makes the
+    JobSet restart them after it, HF_TOKEN for a gated base, and `port` (name, number).
+    `options`: the binary's Flags."""
+    trainer = container(
+        "sft", image, command, [*args, f"--config.preempted_exit_code={PREEMPTED_EXIT_CODE}"],
+        machine, env=[hf_token(options.hf_token_secret.value)], mounts=mounts,
+        ports=[{"name": port[0], "containerPort": port[1]}])
+    pod = pod_spec(machine, [trainer], options.service_account.value, volumes=volumes,
+                   terminationGracePeriodSeconds=TRAINING_GRACE_S)
+    return jobset(name, component, replicated_job, pods, pod, options.max_restarts.value,
+                  annotations, jobset_annotations)
 
 
 def dump(documents, header):

@@ -96,6 +96,11 @@ class FieldsTest(absltest.TestCase):
         with self.assertRaisesRegex(kubernetes.ManifestError, "the image holds the configs "
                                     "in t/configs/ only"):
             kubernetes.config_args(["--config=../mine.py"], "t/configs")
+        # A value in its own argument would be lost: refused, naming the one-argument form.
+        with self.assertRaisesRegex(kubernetes.ManifestError, "write --config.seed=3"):
+            kubernetes.config_args(["--config.seed", "3"], "t/configs")
+        self.assertEqual(kubernetes.config_args(["--config.data.packing", "--workdir=x"], "c"),
+                         ["--config=cpu.py", "--config.data.packing"])
 
     def test_placement_from_the_machine_table(self):
         self.assertEqual(kubernetes.placement(machines.get("tpu-v5litepod-16")), (
@@ -110,6 +115,11 @@ class SchemaTest(absltest.TestCase):
     """The checks are strict: a misspelt field, a wrong type, a wrong kind fail."""
 
     def test_a_jobset_and_what_breaks_it(self):
+        container = kubernetes.container("c", "r.io/x@" + DIGEST, ("python3",), (),
+                                         machines.get("cpu"))
+        pod = kubernetes.pod_spec(machines.get("cpu"), [container], "sa")
+        kubernetes.jobset("j", "test", "workers", 1, pod, 0)
+        self.assertNotIn("env", container)  # the caller's pod is left as it was
         document = _probe_jobset(2, 1)
         kubernetes_schemas.validate(document)
         pod = ("spec", "replicatedJobs", 0, "template", "spec", "template", "spec")

@@ -60,14 +60,19 @@ def prepare(path):
 SHARED_FS_FLAG = "--shared_fs"
 
 
-def check_shared(path, hosts):
+def check_shared(path, hosts, bucket_ok=True):
     """Refuses a local run directory for a run on several hosts (unless declared
-    shared): each host would write its own checkpoints, and no host could resume."""
+    shared): each host would write its own checkpoints, and no host could resume.
+    `bucket_ok`: whether the stack can share a gs:// run directory instead (the
+    GPU stack cannot: every node writes its own checkpoint shards to disk)."""
     if hosts > 1 and not storage.is_url(path):
+        instead = (f"Use a gs://BUCKET/... URL, or pass {SHARED_FS_FLAG} if {path} is a "
+                   "file system all hosts mount (NFS, Filestore)" if bucket_ok else
+                   f"Pass {SHARED_FS_FLAG} if {path} is a file system all machines mount "
+                   "(NFS, Filestore, a bucket mounted with Cloud Storage FUSE)")
         raise RunDirError(
             f"--workdir={path} is a local folder and this run has {hosts} hosts: each would "
-            f"keep its own checkpoints and none could resume. Use a gs://BUCKET/... URL, or "
-            f"pass {SHARED_FS_FLAG} if {path} is a file system all hosts mount (NFS, Filestore)")
+            f"keep its own checkpoints and none could resume. {instead}")
 
 
 def package_versions(names):

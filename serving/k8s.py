@@ -37,9 +37,6 @@ _REPLICAS = flags.DEFINE_integer("replicas", 1, "Serving pods, one per machine."
 _API_KEY_SECRET = flags.DEFINE_string(
     "api_key_secret", "vllm-api-key", "The Secret whose key `api-key` holds the server's API "
     "key (kubectl create secret generic NAME --from-literal=api-key=...).")
-_HF_TOKEN_SECRET = flags.DEFINE_string(
-    "hf_token_secret", "hf-token", "For a Hub model: the Secret whose key `token` holds "
-    "HF_TOKEN (optional: a public model needs none).")
 _SERVICE_TYPE = flags.DEFINE_enum("service_type", "ClusterIP",
                                   ["ClusterIP", "LoadBalancer", "NodePort"],
                                   "How the Service is reached.")
@@ -107,8 +104,7 @@ def manifests(config, argv, model, image, name, replicas, service_account, api_k
            kubernetes.env_value(storage.CACHE_ENV, f"{SCRATCH}/cache"),
            kubernetes.env_value("HF_HOME", f"{SCRATCH}/huggingface")]
     if not storage.is_url(model):
-        env.append(kubernetes.env_from_secret("HF_TOKEN", hf_token_secret, "token",
-                                              optional=True))
+        env.append(kubernetes.hf_token(hf_token_secret))
     shm_volume, shm_mount = kubernetes.shared_memory()
     scratch = {"name": "scratch", "emptyDir": {}}
     startup = math.ceil((config.startup_timeout_s + download_s) / PROBE_PERIOD_S)
@@ -156,7 +152,7 @@ def main(argv):
         _FLAGS.image.value, _FLAGS.repository.value, IMAGES[serving_machine(config).platform])
     documents = manifests(config, sys.argv[1:], model, image, name, _REPLICAS.value,
                           _FLAGS.service_account.value, _API_KEY_SECRET.value,
-                          _HF_TOKEN_SECRET.value, _SERVICE_TYPE.value, _DOWNLOAD_S.value)
+                          _FLAGS.hf_token_secret.value, _SERVICE_TYPE.value, _DOWNLOAD_S.value)
     kubernetes.write(kubernetes.dump(documents, [
         f"Deployment and Service {name}: //serving:serve on {config.machine}, "
         f"{_REPLICAS.value} replica(s), {model}, image from {source}.",

@@ -15,6 +15,7 @@ import collections
 import glob
 import os
 import re
+import subprocess
 
 SKIP_DIRS = {".git", ".venvs", "node_modules", "third_party"}
 BUILD_NAMES = ("BUILD.bazel", "BUILD")
@@ -183,3 +184,24 @@ def imports(source):
         elif isinstance(node, ast.ImportFrom) and node.level == 0:
             found += [(node.lineno, node.module, alias.name) for alias in node.names]
     return found
+
+
+def repository_files(root):
+    """Tracked and new (not ignored) files that exist now, relative to root."""
+    # Only the tree's own checkout: git would otherwise answer for an enclosing one.
+    try:
+        if not os.path.exists(os.path.join(root, ".git")):
+            raise OSError("not a git checkout")
+        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
+                                 "--exclude-standard"], cwd=root, check=True,
+                                capture_output=True, timeout=30).stdout.decode()
+        # A staged deletion or rename still lists its old path.
+        return sorted({f for f in listed.split("\0")
+                       if f and os.path.isfile(os.path.join(root, f))})
+    except (OSError, subprocess.SubprocessError):
+        pass
+    files = []
+    for directory, dirs, names in os.walk(root):
+        dirs[:] = [d for d in dirs if d not in (".git", ".venvs", "node_modules") and not d.startswith("bazel-")]
+        files += [os.path.relpath(os.path.join(directory, n), root) for n in names]
+    return sorted(files)

@@ -76,6 +76,33 @@ def _commands(text):
     return [(number, " ".join(command.split())) for number, command in found]
 
 
+_SECTION_REF = re.compile(r"\b(README|docs/[\w-]+\.md),? \"([A-Z][^\"\\\\]*)\"")
+
+
+def _headings(page):
+    """The start of every heading of a page, as `page, "Start"` may cite it."""
+    path = os.path.join(_root(), page)
+    if not os.path.exists(path):
+        return _Nothing()
+    with open(path) as f:
+        titles = [line.lstrip("#").strip().replace("`", "") for line in f
+                  if line.startswith("#")]
+    return _Prefixes(titles)
+
+
+class _Prefixes:
+    def __init__(self, titles):
+        self.titles = titles
+
+    def __contains__(self, start):
+        return any(title.startswith(start) for title in self.titles)
+
+
+class _Nothing:
+    def __contains__(self, start):
+        return False
+
+
 def _label(text):
     """A label as written in prose, without the punctuation after it (`//...` kept)."""
     core = text.rstrip("`,;).")
@@ -226,6 +253,27 @@ class DocsSiteTest(absltest.TestCase):
                 problems += [f"{os.path.relpath(path, _root())}:{number}: {p}"
                              for p in tree.problems(verb, _label(label), args)]
         self.assertGreater(checked, 50)
+        self.assertEqual(problems, [])
+
+    def test_section_references_name_a_heading(self):
+        """`docs/PAGE.md, "Heading"` (or `README, "Heading"`) in code, BUILD files and
+        docs names a heading that page has."""
+        files = build_files.repository_files(_root())
+        problems, checked = [], 0
+        for name in files:
+            if not name.endswith((".py", ".bzl", ".bazel", ".md", ".sh", ".in")):
+                continue
+            with open(os.path.join(_root(), name), errors="replace") as f:
+                text = f.read()
+            if name == "tests/docs_site_test.py":
+                continue  # its docstrings show the form with placeholders
+            text = re.sub(r"\n\s*(?:#\s*)?", " ", text)  # a reference broken over lines
+            for page, heading in _SECTION_REF.findall(text):
+                checked += 1
+                target = "README.md" if page == "README" else page
+                if heading not in _headings(target):
+                    problems.append(f"{name}: {page}, \"{heading}\": no such heading")
+        self.assertGreater(checked, 5)
         self.assertEqual(problems, [])
 
     def test_the_checks_catch_what_they_should(self):

@@ -24,16 +24,15 @@ import glob
 import io
 import os
 import re
-import subprocess
 import tokenize
 
 from absl.testing import absltest
 
 from common import repo
+from tests import build_files
 
 TOP_LEVEL = ("common", "data", "gemma4", "training", "conversion", "serving", "eval", "report", "tools",
              "tests", "third_party")
-_SKIP_DIRS = {".git", ".venvs", "node_modules"}
 _BUILD_NAMES = ("BUILD.bazel", "BUILD")
 # Starlark files that are not BUILD files but still define names docs may cite.
 _STARLARK_NAMES = ("WORKSPACE", "WORKSPACE.bzlmod", "MODULE.bazel")
@@ -233,27 +232,6 @@ def _is_shell(path, source):
         ("sh", "bash")))
 
 
-def repository_files(root):
-    """Tracked and new (not ignored) files that exist now, relative to root."""
-    # Only the tree's own checkout: git would otherwise answer for an enclosing one.
-    try:
-        if not os.path.exists(os.path.join(root, ".git")):
-            raise OSError("not a git checkout")
-        listed = subprocess.run(["git", "ls-files", "-z", "--cached", "--others",
-                                 "--exclude-standard"], cwd=root, check=True,
-                                capture_output=True, timeout=30).stdout.decode()
-        # A staged deletion or rename still lists its old path.
-        return sorted({f for f in listed.split("\0")
-                       if f and os.path.isfile(os.path.join(root, f))})
-    except (OSError, subprocess.SubprocessError):
-        pass
-    files = []
-    for directory, dirs, names in os.walk(root):
-        dirs[:] = [d for d in dirs if d not in _SKIP_DIRS and not d.startswith("bazel-")]
-        files += [os.path.relpath(os.path.join(directory, n), root) for n in names]
-    return sorted(files)
-
-
 # ------------------------------------------------------------------- checks
 
 
@@ -344,7 +322,7 @@ class Repo:
 
     def __init__(self, root):
         self.root = root
-        self.files = repository_files(root)
+        self.files = build_files.repository_files(root)
         self.basenames = {os.path.basename(f) for f in self.files}
         self.modules = collections.defaultdict(set)  # file name without .py -> names
         self.identifiers = set()

@@ -12,7 +12,7 @@ import (at the top or inside a function) must come from
     name, or through MODULE_DISTRIBUTIONS where the import name differs.
 An import in an `except ImportError:` handler is a fallback and needs nothing.
 In both modes a process sees only the packages of its target's transitive deps
-(README, "Two Bazel modes"), so an undeclared import that no dependency brings
+(docs/build.md, "Two Bazel modes"), so an undeclared import that no dependency brings
 fails at run time anyway; this test also catches one that a dependency happens
 to bring today (declared where it is imported, it survives that dependency's
 change), and does so without running anything.

@@ -1,5 +1,5 @@
 """The training stacks resolve their accelerator's runtime, read from the BUILD graph,
-MODULE.bazel and the locks (README, "Runtimes"); no Bazel 7 needed.
+MODULE.bazel and the locks (docs/build.md, "Runtimes"); no Bazel 7 needed.
 
   * //common:accelerator=tpu gives //training/tpu:sft libtpu, and //training/tpu:compile
     has it on every machine; on cpu and gpu the training targets do not;

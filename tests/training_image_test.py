@@ -11,7 +11,7 @@ entrypoint and environment under bubblewrap with the unpacked root as `/`
 directory, checkpoint included. Prints the image's size and the build time.
 
 Tagged `manual` (about 10 minutes, and it downloads the wheels, ~1 GB): run it
-with `./bazelw test //tests:training_image_test` (README, "Images").
+with `./bazelw test //tests:training_image_test` (docs/build.md, "Images").
 """
 
 import json

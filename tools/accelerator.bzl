@@ -1,4 +1,4 @@
-"""The accelerator setting: which runtime the training stacks resolve (README, "Runtimes").
+"""The accelerator setting: which runtime the training stacks resolve (docs/build.md, "Runtimes").
 
 `//common:accelerator` is a string flag (cpu, tpu or gpu). Its default is what the
 machine running Bazel has, detected once per Bazel server by the `local_accelerator`

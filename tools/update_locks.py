@@ -9,7 +9,7 @@ hashes of its files, for CPython 3.11 on x86_64 Linux. torch resolves to the CPU
 build (2.13.0+cpu); after a change, Bazel reinstalls exactly the hubs whose lock
 changed.
 
-The accelerators' runtimes and the images add to these (README, "Runtimes";
+The accelerators' runtimes and the images add to these (docs/build.md, "Runtimes";
 tools/oci/defs.bzl):
   * `serve_image`: what //serving:serve needs beyond the vLLM image's own packages
     (no dependencies: the image provides them);

@@ -17,7 +17,7 @@ the lock files. Offline, the same labels are served as strictly:
     small local layout (`oci_offline_base`) that stands for the pulled base and
     is pinned by its own digest.
 
-With G4_OFFLINE_IMAGES=real (`--repo_env`, README "Images"), the images become
+With G4_OFFLINE_IMAGES=real (`--repo_env`, docs/build.md, "Images"), the images become
 runnable: each hub downloads its lock's wheels (tools/venvs.py --wheels: pip,
 every wheel checked against the lock's hashes) and lists them, and a base given
 `debian_lock` is the Python base made from pinned Debian packages

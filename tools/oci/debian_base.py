@@ -1,7 +1,7 @@
 """The Python base of the training images made from pinned Debian packages.
 
 Offline (Bazel 4.2.3) the pulled `python:3.11-slim` base cannot be had, so
-`./bazelw` builds runnable images (G4_OFFLINE_IMAGES=real, README "Images") on
+`./bazelw` builds runnable images (G4_OFFLINE_IMAGES=real, docs/build.md, "Images") on
 a base of its own: Debian bookworm's CPython 3.11 and the shared libraries it,
 jaxlib and torch load, unpacked from the .deb files that python_base_debs.txt
 pins by URL and sha256. No maintainer script runs: the files are the packages'

@@ -77,6 +77,10 @@ def reference():
     # is billed until (training/common/billing.py). 0: every 2 s in a local run
     # directory, every 60 s in a bucket (each write is a request).
     c.heartbeat_s = 0.0
+    # The exit status after a SIGTERM's checkpoint (a preempted VM). 0 on a VM; the
+    # GKE JobSets (common/kubernetes.py) set 143, so that the stopped pods fail
+    # their Job and the JobSet restarts them, instead of ending as complete.
+    c.preempted_exit_code = 0
 
     # Where step metrics go beside metrics.jsonl (training/common/tracking.py):
     # TensorBoard always; "tensorboard,wandb" adds Weights & Biases.

@@ -9,7 +9,7 @@ def gpu_config(recipe, *, model, dtype, num_processes, machine):
     """`recipe` (training/common/hparams.py) plus the GPU stack's machine fields."""
     c = recipe
     # transformers' attention. "sdpa" (the default) runs both head dims (256
-    # and 512) and packed rows: data/views.py, README "GPU training".
+    # and 512) and packed rows: data/views.py, docs/train-gpu.md.
     c.model = hparams.model(model, dtype, attn_implementation="sdpa")
     # Data-parallel processes (GPUs), launched by the binary through torchrun.
     c.num_processes = num_processes

@@ -45,8 +45,9 @@ def bucket_mount(workdir):
     return volume, mount, posixpath.join(MOUNT_ROOT, path)
 
 
-def manifests(config, argv, workdir, image, name, max_restarts, service_account):
-    """([the JobSet], pods) for `config`, loaded from the command line `argv`."""
+def manifests(config, argv, workdir, image, name, options):
+    """([the JobSet], pods) for `config`, loaded from the command line `argv`;
+    `options`: the binary's flags (kubernetes.Flags)."""
     machine = kubernetes.machine_of(config)
     nodes = machine.hosts
     launching.processes_per_node(config.num_processes, nodes)  # splits evenly, or one line
@@ -60,17 +61,16 @@ def manifests(config, argv, workdir, image, name, max_restarts, service_account)
         mounts.append(mount)
         annotations["gke-gcsfuse/volumes"] = "true"  # GKE's sidecar that mounts the bucket
         host = kubernetes.coordinator_host(name, REPLICATED_JOB)
-        args += [f"--workdir={path}", "--shared_fs", f"--nnodes={nodes}",
-                 f"--node_rank=$({kubernetes.INDEX_ENV})", f"--master_addr={host}",
-                 f"--master_port={RENDEZVOUS_PORT}"]
+        # The mounted bucket looks local: a heartbeat every 60 s, as in a bucket.
+        args += [f"--workdir={path}", "--shared_fs", "--config.heartbeat_s=60",
+                 f"--nnodes={nodes}", f"--node_rank=$({kubernetes.INDEX_ENV})",
+                 f"--master_addr={host}", f"--master_port={RENDEZVOUS_PORT}"]
     else:
         args.append(f"--workdir={workdir}")
-    trainer = kubernetes.container(
-        "sft", image, COMMAND, args, machine, mounts=mounts,
-        ports=[{"name": "rendezvous", "containerPort": RENDEZVOUS_PORT}])
-    pod = kubernetes.pod_spec(machine, [trainer], service_account, volumes=volumes)
-    return [kubernetes.jobset(name, "sft-gpu", REPLICATED_JOB, nodes, pod, max_restarts,
-                              annotations)], nodes
+    return [kubernetes.training_jobset(
+        name, "sft-gpu", REPLICATED_JOB, machine, nodes, image, COMMAND, args,
+        ("rendezvous", RENDEZVOUS_PORT), options, volumes=volumes, mounts=mounts,
+        annotations=annotations)], nodes
 
 
 def main(argv):

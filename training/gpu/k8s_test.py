@@ -37,9 +37,12 @@ class GpuJobSetTest(absltest.TestCase):
         (container,) = pod["containers"]
         self.assertEqual(container["resources"]["limits"], {"nvidia.com/gpu": 8})
         self.assertEqual(container["args"], [
-            "--config=h100x16.py", "--workdir=/gcs/b/runs/h16", "--shared_fs", "--nnodes=2",
-            "--node_rank=$(JOB_COMPLETION_INDEX)", "--master_addr=sft-h16-nodes-0-0.sft-h16",
-            "--master_port=29500"])
+            "--config=h100x16.py", "--workdir=/gcs/b/runs/h16", "--shared_fs",
+            "--config.heartbeat_s=60", "--nnodes=2", "--node_rank=$(JOB_COMPLETION_INDEX)",
+            "--master_addr=sft-h16-nodes-0-0.sft-h16", "--master_port=29500",
+            "--config.preempted_exit_code=143"])
+        self.assertEqual(pod["terminationGracePeriodSeconds"], 300)
+        self.assertNotIn("annotations", jobset["metadata"])  # GPU nodes: no slice to keep whole
         mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
         self.assertEqual(mounts, {"dshm": "/dev/shm", "run-bucket": "/gcs/b"})
         volumes = {v["name"]: v for v in pod["volumes"]}
@@ -54,7 +57,8 @@ class GpuJobSetTest(absltest.TestCase):
         pod = _pod_template(documents[0])["spec"]
         (container,) = pod["containers"]
         self.assertEqual(container["args"], ["--config=h100x2.py", "--config.max_steps=10",
-                                             "--workdir=gs://b/runs/h2"])
+                                             "--workdir=gs://b/runs/h2",
+                                             "--config.preempted_exit_code=143"])
         self.assertEqual(container["resources"]["limits"], {"nvidia.com/gpu": 2})
         self.assertEqual([v["name"] for v in pod["volumes"]], ["dshm"])
 

@@ -54,5 +54,5 @@ def check_devices(config, nnodes):
              else f"This torch: {torch.__version__}, CUDA {torch.version.cuda}")
     machines.check_visible(
         machine, "gpu" if count else "cpu", count or 1, needed=local,
-        hint=f"{build}. Run it on the machine it names, with its runtime (README, "
+        hint=f"{build}. Run it on the machine it names, with its runtime (docs/build.md, "
              "\"Runtimes\"), or use --config=cpu.py here.")

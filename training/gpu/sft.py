@@ -104,7 +104,7 @@ def main(argv):
             "checkpoint shards stay on its own disk. Use a file system every machine mounts, "
             "with --shared_fs")
     if not _SHARED_FS.value:
-        run_dir.check_shared(workdir, _NNODES.value)
+        run_dir.check_shared(workdir, _NNODES.value, bucket_ok=False)
     run_dir.prepare(workdir)  # no bucket, no credentials, no write access: one line
     if config.num_processes > 1 and "LOCAL_RANK" not in os.environ:
         # Workers see the same flags; the workdir must not depend on their cwd.

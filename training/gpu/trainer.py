@@ -392,6 +392,8 @@ def _train(run, processes, rank):
               else contextlib.nullcontext()) as out:
             save_adapter(trainer.model, out, is_main=rank == 0)
     _leave_process_group()
+    if callback.preempted and config.preempted_exit_code:
+        raise SystemExit(config.preempted_exit_code)
     return trainer.state.global_step
 
 
@@ -424,7 +426,7 @@ def training_args(config, output_dir, processes, accumulation, total_steps, on_g
     layout, never Accelerate's FSDP `activation_checkpointing`: that one wraps
     each decoder layer in a checkpoint wrapper module, which PEFT's adapter
     state dict does not see through, so checkpoints and the adapter would lose
-    the LoRA factors (README, "GPU training"). FSDP2 recomputes a layer under
+    the LoRA factors (docs/train-gpu.md). FSDP2 recomputes a layer under
     its pre-backward unshard either way (its pre-forward hook skips the
     all-gather in PRE_BACKWARD), so no extra all-gather is expected.
     """

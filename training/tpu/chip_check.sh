@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The TPU stack's binaries on one TPU chip, as a user's fresh TPU VM runs them
-# (README, "On one TPU chip"). From the repository root:
+# (docs/train-tpu.md, "On one TPU chip"). From the repository root:
 #
 #   training/tpu/chip_check.sh OUT_DIR [bench] [whole] [stopped]   (default: all three)
 #

@@ -35,7 +35,7 @@ def tpu_config(recipe, *, model, dtype, fsdp, tp, machine, cpu_devices=0):
     # block's 6 (31B on v5p-8: 64 s against 96 s of compile), but the step is
     # slower (on a v5e chip, 12 layers at half width: 2.51 s against 2.31 s;
     # unrolled 2.02 s), and on XLA:CPU's 8 devices a full training run
-    # deadlocked in its collectives (README).
+    # deadlocked in its collectives (docs/performance.md).
     c.scan_runs = False
     # With remat: "layer" recomputes each decoder layer in the backward pass,
     # "block" each scanned block as a whole (fewer saved inputs, one block's
@@ -44,7 +44,7 @@ def tpu_config(recipe, *, model, dtype, fsdp, tp, machine, cpu_devices=0):
     # The random bits of LoRA dropout's masks: "rbg" is XLA's RngBitGenerator,
     # which a TPU runs natively; JAX's default, "threefry2x32", is a hash that
     # XLA compiles into every mask (on a v5e chip the step compiled 1.5x as long
-    # and ran 1.11x as long with it; README, "The 31B step compiled"). Any of
+    # and ran 1.11x as long with it; docs/performance.md). Any of
     # jax.random.key's implementations; step keys fold the step into `seed`'s.
     c.dropout_rng = "rbg"
     # On a slice, rbg's generator is not split across chips: every chip draws

@@ -10,7 +10,7 @@ the line through the two to the model's depth. A scanned step compiles its
 block once whatever the depth (v6e-8's 12 layers took as long as its 60), so
 it is compiled whole. The planner
 (report/planning.py) uses it; `--check_extrapolation` of //report:plan
-compiles the whole step too and prints the error (README: within 3% on
+compiles the whole step too and prints the error (docs/compare-and-plan.md: within 3% on
 v5p-8).
 
 Results are kept in a cache directory as JSON, keyed by what determines them:
@@ -83,14 +83,14 @@ def _versions():
 
 
 def _source_digest():
-    """The source of the modules that build the step: training/tpu's, the Gemma 4
-    map and the recipe's common modules."""
-    training = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    """The source of the modules that build the step: training/tpu's, the recipe's
+    common modules and Gemma 4's formats (gemma4/)."""
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     digest = hashlib.sha256()
-    for folder in ("tpu", "formats", "common"):
-        for name in sorted(os.listdir(os.path.join(training, folder))):
+    for folder in ("training/tpu", "training/common", "gemma4"):
+        for name in sorted(os.listdir(os.path.join(root, folder))):
             if name.endswith(".py") and not name.endswith("_test.py"):
-                with open(os.path.join(training, folder, name), "rb") as f:
+                with open(os.path.join(root, folder, name), "rb") as f:
                     digest.update(f"{folder}/{name}".encode() + b"\0" + f.read())
     return digest.hexdigest()
 

@@ -38,8 +38,9 @@ def pods(config, machine):
     return machine.hosts
 
 
-def manifests(config, argv, workdir, image, name, max_restarts, service_account):
-    """([the JobSet], pods) for `config`, loaded from the command line `argv`."""
+def manifests(config, argv, workdir, image, name, options):
+    """([the JobSet], pods) for `config`, loaded from the command line `argv`;
+    `options`: the binary's flags (kubernetes.Flags)."""
     machine = kubernetes.machine_of(config)
     count = pods(config, machine)
     workdir = kubernetes.require_bucket(workdir, count)
@@ -50,11 +51,10 @@ def manifests(config, argv, workdir, image, name, max_restarts, service_account)
                  f"--config.distributed.num_processes={count}",
                  f"--config.distributed.process_id=$({kubernetes.INDEX_ENV})",
                  f"--config.distributed.coordinator_address={host}:{COORDINATOR_PORT}"]
-    trainer = kubernetes.container(
-        "sft", image, COMMAND, args, machine,
-        ports=[{"name": "coordinator", "containerPort": COORDINATOR_PORT}])
-    pod = kubernetes.pod_spec(machine, [trainer], service_account)
-    return [kubernetes.jobset(name, "sft-tpu", REPLICATED_JOB, count, pod, max_restarts)], count
+    exclusive = kubernetes.EXCLUSIVE_TOPOLOGY if count > 1 and machine.platform == "tpu" else None
+    return [kubernetes.training_jobset(
+        name, "sft-tpu", REPLICATED_JOB, machine, count, image, COMMAND, args,
+        ("coordinator", COORDINATOR_PORT), options, jobset_annotations=exclusive)], count
 
 
 def main(argv):

@@ -1,11 +1,16 @@
 """The JobSet //training/tpu:k8s renders, rehearsed here: its two pods as two JAX
 processes (4 CPU devices each) with the environment the manifest gives them,
 pod host names on loopback, the run directory a bucket (the GCS emulator).
-Pod 1 is killed after the checkpoint of step 2; the JobSet restarts both pods
-as its failure policy says, the run resumes from that checkpoint and ends with
-the LoRA of an uninterrupted run, bit for bit."""
+
+Attempt 0: pod 1 gets SIGTERM (its node is preempted or drained) after the
+checkpoint of step 2: both processes save a checkpoint and exit 143, so their
+Job fails and the JobSet restarts them. Attempt 1 resumes from that checkpoint;
+pod 1 is killed outright (its host is lost) after the next checkpoint: the JobSet
+restarts again. Attempt 2 resumes and finishes with the LoRA of an
+uninterrupted run, bit for bit."""
 
 import os
+import re
 import signal
 
 import numpy as np
@@ -17,7 +22,7 @@ from common import kubernetes_schemas
 from common import storage
 from gemma4 import orbax_lora
 
-STEPS = 6
+STEPS = 8
 IMAGE = "r.io/p/train@sha256:" + "00" * 32
 
 
@@ -54,7 +59,7 @@ class RehearsalTest(absltest.TestCase):
             logdir=self.create_tempdir().full_path)
         return rehearsal.run(timeout_s=1200, watch=watch)
 
-    def test_a_lost_pod_restarts_the_jobset_which_resumes_exactly(self):
+    def test_preempted_and_lost_pods_restart_the_jobset_which_resumes_exactly(self):
         tmp = self.create_tempdir().full_path
         self.cache = os.path.join(tmp, "cache")
         os.environ[storage.CACHE_ENV] = self.cache
@@ -64,32 +69,47 @@ class RehearsalTest(absltest.TestCase):
             self.assertEqual((whole.restarts, whole.exit_codes), (0, [[0, 0]]))
             self.assertTrue(_committed("gs://bkt/whole", STEPS))
 
-            killed = []
+            signalled = []
 
-            def kill_pod_1_after_step_2(attempt, pods):
-                if attempt == 0 and not killed and _committed("gs://bkt/cut", 2):
-                    os.killpg(pods[1].process.pid, signal.SIGKILL)  # the host is gone
-                    killed.append(pods[1].host)
+            def stop_pod_1(attempt, pods):
+                if len(signalled) > attempt:
+                    return
+                if attempt == 0 and _committed("gs://bkt/cut", 2):
+                    os.killpg(pods[1].process.pid, signal.SIGTERM)  # a preempted node
+                    signalled.append(("SIGTERM", 2))
+                elif attempt == 1:
+                    resumed = _resumed_step(pods[0].output())
+                    after = resumed + 2 - resumed % 2 if resumed is not None else None
+                    if after is not None and after < STEPS and _committed("gs://bkt/cut", after):
+                        os.killpg(pods[1].process.pid, signal.SIGKILL)  # a lost host
+                        signalled.append(("SIGKILL", after))
 
-            cut = self._rehearse("gs://bkt/cut", watch=kill_pod_1_after_step_2)
-            self.assertEqual(killed, ["rehearsal-workers-0-1"])
+            cut = self._rehearse("gs://bkt/cut", watch=stop_pod_1)
+            self.assertEqual([kind for kind, _ in signalled], ["SIGTERM", "SIGKILL"])
             self.assertTrue(cut.succeeded, cut.logs)
-            self.assertEqual(cut.restarts, 1)
-            self.assertEqual(cut.exit_codes[0][1], -signal.SIGKILL)
-            self.assertEqual(cut.exit_codes[1], [0, 0])
-            resumed = [line for line in cut.logs[1][0].splitlines()
-                       if "resumed from checkpoint at step" in line]
-            self.assertLen(resumed, 1, cut.logs[1][0][-3000:])
-            step = int(resumed[0].rsplit("step", 1)[1].split()[0].strip(",.:"))
-            self.assertBetween(step, 2, STEPS - 1)
-            print(f"pod 1 killed at attempt 0 (exit codes {cut.exit_codes[0]}); attempt 1 "
-                  f"resumed from the checkpoint of step {step}")
+            self.assertEqual(cut.restarts, 2)
+            # SIGTERM: both processes saved and exited 143, failing their Job.
+            self.assertEqual(cut.exit_codes[0], [143, 143], cut.logs[0])
+            self.assertEqual(cut.exit_codes[1][1], -signal.SIGKILL)
+            self.assertEqual(cut.exit_codes[2], [0, 0])
+            first, second = (_resumed_step(cut.logs[i][0]) for i in (1, 2))
+            self.assertIsNotNone(first, cut.logs[1][0][-3000:])
+            self.assertBetween(first, 3, STEPS - 1)  # the SIGTERM's own checkpoint
+            self.assertBetween(second, first + 1, STEPS - 1)
+            print(f"attempt 0: SIGTERM after step 2's checkpoint, exits {cut.exit_codes[0]}; "
+                  f"attempt 1 resumed at step {first}, SIGKILL after step "
+                  f"{signalled[1][1]}'s checkpoint; attempt 2 resumed at step {second}")
 
             want, got = _lora("gs://bkt/whole", STEPS), _lora("gs://bkt/cut", STEPS)
             self.assertEqual(sorted(got), sorted(want))
             for name in want:
                 np.testing.assert_array_equal(got[name], want[name], err_msg=name)
 
+
+def _resumed_step(log):
+    """The step process 0 says it resumed from, or None."""
+    found = re.findall(r"resumed from checkpoint at step (\d+)", log)
+    return int(found[-1]) if found else None
 
 if __name__ == "__main__":
     absltest.main()

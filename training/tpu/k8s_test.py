@@ -6,7 +6,6 @@ import os
 
 from absl.testing import absltest
 
-from common import kubernetes
 from common import kubernetes_schemas
 
 DIGEST = "sha256:" + "0f" * 32
@@ -43,6 +42,11 @@ class TpuJobSetTest(absltest.TestCase):
                 self.assertEqual(jobset["spec"]["failurePolicy"], {"maxRestarts": 3})
                 pod = _at(jobset, POD)
                 self.assertEqual(pod["restartPolicy"], "Never")
+                # A SIGTERM (a preempted node) saves, then fails the pod: the JobSet restarts.
+                self.assertEqual(pod["terminationGracePeriodSeconds"], 300)
+                # A multi-host slice stays on one node pool (its interconnect).
+                self.assertEqual(jobset["metadata"].get("annotations"), None if pods == 1 else {
+                    "alpha.jobset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool"})
                 self.assertEqual(pod["nodeSelector"], {
                     "cloud.google.com/gke-tpu-accelerator": accelerator,
                     "cloud.google.com/gke-tpu-topology": topology})
@@ -53,6 +57,10 @@ class TpuJobSetTest(absltest.TestCase):
                 args = container["args"]
                 self.assertEqual(args[:3], [f"--config={config}", "--config.max_steps=5",
                                             "--workdir=gs://b/runs/x"])
+                self.assertEqual(args[-1], "--config.preempted_exit_code=143")
+                env = {e["name"]: e for e in container["env"]}
+                self.assertEqual(env["HF_TOKEN"]["valueFrom"]["secretKeyRef"],
+                                 {"name": "hf-token", "key": "token", "optional": True})
                 distributed = [a for a in args if a.startswith("--config.distributed.")]
                 if pods == 1:
                     self.assertEqual(distributed, [])
@@ -87,7 +95,8 @@ class TpuJobSetTest(absltest.TestCase):
         pod = _at(jobset, POD)
         self.assertEqual(pod["serviceAccountName"], "trainer")
         self.assertEqual(pod["containers"][0]["image"], f"r.io/p/t@{DIGEST}")
-        self.assertIn("night-workers-0-0.night:8476", pod["containers"][0]["args"][-1])
+        self.assertIn("--config.distributed.coordinator_address=night-workers-0-0.night:8476",
+                      pod["containers"][0]["args"])
 
     def test_bad_input_is_one_error_line(self):
         for args, message in (
@@ -98,7 +107,9 @@ class TpuJobSetTest(absltest.TestCase):
                 (("--config=v5p16.py", "--config.distributed.num_processes=3"),
                  "tpu-v5p-16 has 2 host"),
                 (("--config=v5p16.py", "--name=Bad_Name"), "not a usable Kubernetes name"),
-                (("--config=v5p16.py", "--workdir="), "give --workdir")):
+                (("--config=v5p16.py", "--workdir="), "give --workdir"),
+                (("--config=v5p16.py", "--config.max_steps", "5"),
+                 "write --config.max_steps=5")):
             with self.subTest(args):
                 if not any(a.startswith("--workdir") for a in args):
                     args += ("--workdir=gs://b/r",)
@@ -118,7 +129,7 @@ class TpuJobSetTest(absltest.TestCase):
         self.assertNotIn("nodeSelector", pod)
         self.assertNotIn("resources", pod["containers"][0])
         self.assertEqual(_at(documents[0], POD[:-2])["parallelism"], 2)
-        self.assertEqual(kubernetes.KUBERNETES_VERSION, "1.34")
+        self.assertNotIn("annotations", documents[0]["metadata"])  # no node pool to hold
 
 
 if __name__ == "__main__":

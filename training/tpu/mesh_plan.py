@@ -108,7 +108,7 @@ GATHERED_COPIES = 3
 # threefry's are hashed again in the backward pass): a byte per element of
 # the projection's input (an input of model width counts D / tp per chip).
 # Read off the optimized HLO of v5p8.py's unrolled step: the values live at
-# its peak, at 2 and 12 layers (README, "The 31B step compiled").
+# its peak, at 2 and 12 layers (docs/performance.md).
 QKV_COPIES = 2
 MASK_BYTES = 1
 

@@ -6,6 +6,7 @@ from common import machines
 from gemma4 import gemma4_map
 from training.common import flops
 from training.common import hparams
+from training.common import memory
 from training.tpu import mesh_plan
 
 GEMMA4_31B = gemma4_map.Dims(
@@ -48,11 +49,11 @@ class MeshPlanTest(absltest.TestCase):
             GEMMA4_31B, mesh_plan.Mesh(1, 4), seq_len=3072, micro_batch=1, base_bytes=2,
             lora_rank=64, tunix_modules=TARGETS)
         # The bf16 base split over 4 chips dominates: 30.7e9 x 2 / 4 bytes.
-        self.assertAlmostEqual(parts["base_weights"] / mesh_plan.GIB, 14.29, delta=0.01)
-        self.assertLess(parts["total"], 95.74 * mesh_plan.GIB)
-        mesh_plan.check_fits(parts, 95.74 * mesh_plan.GIB)
+        self.assertAlmostEqual(parts["base_weights"] / memory.GIB, 14.29, delta=0.01)
+        self.assertLess(parts["total"], 95.74 * memory.GIB)
+        mesh_plan.check_fits(parts, 95.74 * memory.GIB)
         with self.assertRaisesRegex(mesh_plan.MeshError, "does not fit in HBM"):
-            mesh_plan.check_fits(parts, 16 * mesh_plan.GIB)
+            mesh_plan.check_fits(parts, 16 * memory.GIB)
         # Remat: every layer's input (5376 bf16 per token), and one layer
         # recomputed at a time, holding what an unrolled global layer keeps
         # (85,760 bytes per token) and dense attention's float32 scores.

@@ -119,8 +119,8 @@ class _LoraProvider(qwix.LoraProvider):
     """Qwix's LoRA, each adapted projection returning its base output's dtype, as
     PEFT's LoRA layers do on the GPU stack. Qwix returns the base output plus
     LoRA's term, float32 like the factors; this rounds that sum to the base's
-    dtype, so a bf16 layer stays bf16 after it (README, "The 31B step
-    compiled")."""
+    dtype, so a bf16 layer stays bf16 after it (docs/performance.md,
+    "Gemma 4 31B on v5p-8")."""
 
     def dot_general(self, lhs, rhs, dimension_numbers, precision=None,
                     preferred_element_type=None, out_sharding=None):

@@ -41,7 +41,7 @@ from training.tpu import train_step
 log = logging.getLogger("training.tpu")
 
 
-_WRONG_MACHINE_HINT = ("Run it on the machine it names, with its runtime (README, "
+_WRONG_MACHINE_HINT = ("Run it on the machine it names, with its runtime (docs/build.md, "
                        "\"Runtimes\"), or use --config=cpu.py here.")
 
 
@@ -202,10 +202,14 @@ def train(config, workdir, shared_fs=False):
                           barrier=lambda: _sync("base model"), data_parallel=config.mesh.fsdp)
     with run.record:
         try:
-            return _run(run, planned, cache, cache_path)
+            step = _run(run, planned, cache, cache_path)
         finally:
             if cache_path:
                 cache.close()
+    if run.record.outcome == billing.PREEMPTED and config.preempted_exit_code:
+        # Checkpointed and recorded; the status tells a JobSet to restart the job.
+        raise SystemExit(config.preempted_exit_code)
+    return step
 
 
 def _run(run, planned, cache, cache_path):

@@ -6,7 +6,7 @@ Packed, as v5p8.py: a packed row's examples attend only to themselves through
 the document masks transformers builds from the restarting position ids
 (data/views.py). With sdpa, PyTorch's memory-efficient kernel takes those
 masked calls at both head dims, the global layers' 512 included; its flash
-kernel takes no mask and stops at 256 (README, "GPU training"). --config.data.packing=False pads each row, as the
+kernel takes no mask and stops at 256 (docs/train-gpu.md). --config.data.packing=False pads each row, as the
 reference recipe did.
 """
 

@@ -46,7 +46,7 @@ def get_config():
     # width with 2 and with 4 repeats alike): its loops copy the values kept
     # for the backward pass in and out of their stacks. XLA predicts 1.24x for
     # 31B, which overstates: its estimate grows with the repeats, the chip's
-    # gap does not (README, compile section).
+    # gap does not (docs/performance.md).
     # --config.scan_layers=True scans.
     c.scan_layers = False
     return c

@@ -90,8 +90,8 @@ class Flags:
             "service_account", DEFAULT_SERVICE_ACCOUNT, "Kubernetes service account of the "
             "pods, bound by Workload Identity to a Google service account that can use the "
             "bucket.")
-        self.out = flags.DEFINE_string("out", None, "Write the manifests to this file "
-                                       "instead of printing them.")
+        self.out = flags.DEFINE_string("out", None, "Write the manifests to this file (or "
+                                       "gs:// URL) instead of printing them.")
         self.hf_token_secret = flags.DEFINE_string(
             "hf_token_secret", "hf-token", "The Secret whose key `token` holds HF_TOKEN, for "
             "a gated Hub model (optional: the pods start without it).")
@@ -374,17 +374,12 @@ def dump(documents, header):
 
 
 def write(text, out):
-    """Prints `text`, or writes it to the file `out` (atomically) and says so."""
+    """Prints `text`, or writes it whole to `out` (a file or a gs:// URL) and says so."""
     if not out:
         print(text, end="")
         return
     path = config_cli.user_path(out)
-    if storage.is_url(path):
-        raise ManifestError(f"--out={out}: a local file (kubectl applies local files)")
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    storage.write_bytes(path, text.encode())
     print(f"wrote {path}")
 
 

@@ -1,18 +1,18 @@
 """Judges one sample of one problem with Icarus Verilog, as upstream VerilogEval.
 
 The commands are upstream's (its Makefile), run in the sandbox on copies of
-the problem's files, after one check of our own:
+the problem's files, after checks of our own:
 
+    (eval/rtl.py: the sample is RTL and nothing else, read by a lexer)
     iverilog -g2012 -s HARNESS -o /dev/null sample.sv harness.sv   # the sample alone
     iverilog -Wall -Winfloop -Wno-timescale -g2012 -s tb -o test.vvp sample.sv test.sv ref.sv
-    vvp -n test.vvp      # upstream: `timeout 30 ./test.vvp`, "TIMEOUT" appended on expiry
+    vvp -n test.vvp -none  # upstream: `timeout 30 ./test.vvp`, "TIMEOUT" appended on expiry
 
 with both outputs (stdout and stderr) in one log. `-n` makes `$stop` end the
 run instead of waiting at an interactive prompt. The simulation is skipped
-when the compile fails (upstream runs it and gets no output either). The
-testbench's waveform dump (`wave.vcd`) goes to /dev/null. Each phase has a
-wall-clock limit (compile 60 s, simulation 30 s as upstream), enforced by
-the sandbox; on expiry the run is killed and "TIMEOUT" appended to the log.
+when the compile fails (upstream runs it and gets no output either). Each
+phase has a wall-clock limit (compile 60 s, simulation 30 s as upstream),
+enforced by the sandbox; on expiry the run is killed and "TIMEOUT" appended.
 
 The log is read by upstream's rules (`sv-iv-analyze`), giving its one-letter
 class: a line with "syntax error" (S), "error" anywhere (C), explicit cast
@@ -20,97 +20,84 @@ class: a line with "syntax error" (S), "error" anywhere (C), explicit cast
 (w), "Unknown module type" (m), unbound clk (c) or signal (p), "TIMEOUT" (T);
 else pass (.) when a line is exactly `Mismatches: 0 in N samples`, else a
 runtime failure (R). `upstream_pass` records that verdict. Ours never reads
-a count from text the sample can print: the design shares stdout, stderr and
-the simulation with the testbench, so the testbench's `Mismatches:` line can
-be forged. Instead a module of the judge's own (VERDICT_MODULE), compiled
-beside the testbench, prints the testbench's counters (`tb.stats1.errors`,
-`tb.stats1.clocks`) from a `final` block, stamped with a secret drawn for
-this run. A sample passes only if the compile and simulation hit none of
-upstream's failure classes and that stamped report exists, with 0 errors and
-N > 0 samples, N equal to the reference run's N when that is known.
+a count from text the sample can print: the design shares stdout and the
+simulation with the testbench, so the testbench's `Mismatches:` line can be
+forged. Instead a module of the judge's own (VERDICT_MODULE, a random name),
+compiled beside the testbench, prints the testbench's counters
+(`tb.stats1.errors`, `tb.stats1.clocks`) from a `final` block, stamped with a
+secret drawn for this run that only the simulation is given (a plusarg). A
+sample passes only if the compile and simulation hit none of upstream's
+failure classes and that stamped report exists, with 0 errors and N > 0
+samples, N equal to the reference run's N when that is known.
 
-The secret is out of the sample's reach: it is a script argument (no /proc in
-the sandbox, so no process can read another's arguments), the verdict module's
-source is deleted after the compile, and vvp reads the compiled program
-through a FIFO from a file deleted before the simulation starts, so no file
-the sample can open holds it. What a design can do, and what it gets:
-  * print a report of its own (stdout, stderr, `$write` piece by piece): the
-    stamped line alone counts, so a fake one changes nothing;
-  * end the simulation from a `final` block (`$finish`, `$fatal`), which
-    skips the testbench's and the verdict module's `final` blocks when it runs
-    first: no stamped report (`no_report`);
-  * end it early from any other process (`$finish`, `$stop`, `$fatal`): the
-    final blocks still run, with fewer samples than the reference
-    (`early_finish`);
-  * loop, print or write without end: the sandbox's limits (`timeout`,
-    `log_limit`, `cpu_limit`);
-  * open files: the testbench and the reference are read-only copies holding
-    no secret, the compiled program is gone, and nothing outside the sandbox
-    is visible (eval/sandbox.py);
-  * read plusargs or the environment: the secret is in neither;
-  * touch the testbench or the reference by name: refused before any verdict
-    (`outside_reference`, below).
-Samples run without the sandbox (kind `none`, trusted samples only) lose the
-secret's protection: /proc is visible there.
+What a sample can do is what RTL does (eval/rtl.py refuses the rest before
+anything is compiled: `not_rtl`, the construct in the detail): no file, process
+or plusarg access, no random draws, no simulation control, no hierarchical
+names, no package or compilation-unit names, no `defparam` or `bind`, no
+conditional compilation. It runs in a sandbox that shows it nothing of the
+judge: no /proc (the pinned iverilog finds its files through /proc/self/exe:
+the sandbox's /proc holds that one link), so no process or command line of the
+run can be read; the compile's inputs are copies, and the verdict module's
+source (its name, no secret) is deleted after the compile; vvp runs in an
+empty read-only folder (the testbench's `wave.vcd` a link to /dev/null),
+reads the compiled program through a FIFO in a private /tmp from a file
+deleted first, and gets the secret as a plusarg: no file, argument, variable
+or descriptor the design can reach holds it.
+What a design can still do, and what it gets:
+  * print a report of its own (`$display`, `$write`): the stamped line alone
+    counts, so a fake one changes nothing;
+  * loop or print without end: the sandbox's limits (`timeout`, `log_limit`,
+    `cpu_limit`);
+  * replay the reference's outputs for the testbench's one fixed stimulus (a
+    table indexed by a clock count). Each unseeded `$random` and `$urandom` of
+    the testbench is drawn through the verdict module (`reseeded`) from seeds
+    that are 0 in the first simulation, which gives upstream's stimulus bit for
+    bit, and in a second simulation of a sample that passed are drawn from the
+    problem and `stimulus_seed` (itself drawn for each run unless given). The
+    sample must pass again, with the reference's N under the same seeds
+    (`second_stimulus`), in the same sandbox run: no design can have
+    memorized a stimulus drawn after it was written.
 
 Nothing outside the sample may be reached. A design's names bind in the full
 compile by SystemVerilog's name resolution (IEEE 1800-2017 23.6-23.9), which
-Icarus Verilog follows; these are the ways a name written in the sample can
-land on the testbench or the reference:
-  * a hierarchical name rooted at a top-level module: `tb.stats1.errors = 0`
-    resets the testbench's error count, `tb.good1.zero` copies the reference's
-    output, `$root.tb...` the same spelled out (a syntax error in Icarus 11);
-  * upward name resolution (23.8): a dotted name whose first part is not found
-    below the scope that uses it is looked for in each enclosing instance in
-    turn, so from inside `tb.top_module1` (or any instance under it) `good1.zero`
-    is the reference's output and `stim1.clk` the stimulus's clock. Elaborated
-    with every module of its own as a top, as `iverilog sample.sv` does, the
-    same name binds to a top module the sample names `good1`: a test that only
-    looked for unbound names was passed by a design that copied the reference
-    this way. The same holds for tasks and functions called by such a name,
-    `defparam`, `disable` and every other use of a hierarchical name;
+Icarus Verilog follows; hierarchical names are refused as not RTL, leaving:
   * upward resolution of simple names: a task or function the design calls,
     or a named block it disables, that it does not declare is looked for in
-    the enclosing instances as well (Icarus does, for all three: a testbench's
+    the enclosing instances (Icarus does, for all three: a testbench's
     `wait_for_end_of_timestep` can be called, a function of `tb` returns its
-    value into the design). Variables, parameters, types and events by a
-    simple name do not go up;
+    value into the design);
   * module names the testbench instantiates: a sample that instantiates
     `RefModule` or `stimulus_gen` gets the reference's or the stimulus's code;
   * the compilation unit ($unit, 3.12.1): declarations outside any module in
     test.sv or ref.sv are visible to the sample as plain names (VerilogEval's
     testbenches hold none; a data set that does makes every sample go through
-    the check below), and so are packages (`pkg::x`, `import`);
-  * declaring what the testbench declares: a module, primitive or package named
-    `tb`, `stimulus_gen` or `RefModule` is a second definition of that name,
-    an elaboration error in Icarus Verilog (`already been declared`) that fails
-    the sample as upstream's `error`. Macros do not travel backwards: the sample
-    is compiled first, so the testbench's `define`s come after its text, and
-    a macro the sample defines reaches only text that uses it (the testbenches
-    use none of their own but `timescale).
+    the check below);
+  * declaring what the testbench declares: a module or primitive named `tb`,
+    `stimulus_gen` or `RefModule` is a second definition of that name, an
+    elaboration error in Icarus Verilog (`already been declared`) that fails
+    the sample as upstream's `error`. Macros do not travel backwards: the
+    sample is compiled first.
 The check: the sample is elaborated once more without the testbench and the
 reference, as the only content of a top of the judge's own (ISOLATION_HARNESS,
 a random name) that instantiates its design module under the testbench's
 instance names. Upward resolution from the design then finds nothing but the
-design itself (its parent holds only its own instances), no other module of
-the sample is a top, and no testbench, reference or compilation unit of theirs
-exists. A name that binds in that elaboration binds to the same thing in the
-full compile (the search goes the same way up to the design's instance and
-finds it first), so a sample that elaborates in the full compile but not in
-the harness reached outside itself: it fails with `outside_reference`, the
-names the harness could not bind in its detail, whatever the simulation said.
-A sample that fails in both is judged as upstream judges a compile error. The
-harness elaboration is skipped for a sample whose text cannot reach outside
-(`may_reach_outside`: no dotted name, no macro, no escaped identifier, no `$root`
-or `$unit`, no package reference, no instance of a module it does not define,
-no word that names a task, function or named block of the testbench or the
-reference) when they declare nothing outside their modules, which is most
-samples: it would cost a quarter of the judging time.
+design itself, no other module of the sample is a top, and no testbench,
+reference or compilation unit of theirs exists. A sample that elaborates in
+the full compile but not in the harness, or whose isolated elaboration warns
+about a name or scope it cannot resolve, reached outside itself: it fails
+with `outside_reference` whatever the simulation said. A sample that fails in
+both is judged as upstream judges a compile error. Every sample is isolated
+unless its tokens prove it names nothing outside itself (`rtl.reaches_outside`:
+no macro, no word naming a task, function or named block of the testbench or
+the reference, no instance of a module it does not define) and the testbench
+and the reference declare nothing outside their modules.
 """
 
 import dataclasses
+import hashlib
 import os
 import re
+import secrets
 import shlex
 import shutil
 import subprocess
@@ -120,10 +107,11 @@ import uuid
 
 from common import cli
 from common import pinned
+from eval import rtl
 from eval import sandbox as sandbox_lib
 
 # The script's phases, each ending with a status line on its stderr.
-PHASES = ("isolate", "compile", "simulate")
+PHASES = ("isolate", "compile", "simulate", "second")
 COMPILE_FLAGS = ("-Wall", "-Winfloop", "-Wno-timescale", "-g2012", "-s", "tb")
 SAMPLE, TEST, REF = "sample.sv", "test.sv", "ref.sv"
 SIMULATION = "test.vvp"
@@ -153,6 +141,8 @@ UPSTREAM_REASONS = {
 }
 
 PASS = "pass"
+NOT_RTL = "not_rtl"
+NOT_JUDGED = "-"  # the upstream class of a sample refused before any compile
 # Reasons beyond upstream's classes.
 NO_CODE = "no_code"
 COMPILE_TIMEOUT = "compile_timeout"
@@ -164,6 +154,7 @@ NO_REPORT = "no_report"
 NO_SAMPLES = "no_samples"
 EARLY_FINISH = "early_finish"
 OUTSIDE_REFERENCE = "outside_reference"
+SECOND_STIMULUS = "second_stimulus"
 
 # What iverilog says about a name or module the elaborated design lacks.
 _UNBOUND_NAME = re.compile(r"(?:Could not find variable ``|Unable to bind "
@@ -171,49 +162,52 @@ _UNBOUND_NAME = re.compile(r"(?:Could not find variable ``|Unable to bind "
 _UNKNOWN_MODULE = re.compile(r"Unknown module type: (\S+)")
 # The module every VerilogEval testbench instantiates as the design under test.
 DESIGN_MODULE = "TopModule"
-_DESIGN_INSTANCE = re.compile(
-    rf"\b{DESIGN_MODULE}\s*(?:#\s*\((?:[^()]|\([^()]*\))*\)\s*)?([A-Za-z_][\w$]*)\s*[\[(]")
-# Everything that may stand outside a module without declaring anything: the
-# design units themselves (packages declare, so they stay) and directives.
-_DESIGN_UNITS = re.compile(r"\b(?:module|macromodule|primitive|interface|program)\b.*?"
-                           r"\bend(?:module|primitive|interface|program)\b", re.DOTALL)
-_DIRECTIVE = re.compile(r"^[ \t]*`(?:\\\n|[^\n])*", re.MULTILINE)  # with continued lines
-# What a design can name by a simple name and find in an enclosing instance:
-# tasks, functions (the name before its ports or `;`) and named blocks.
-_CALLABLE = re.compile(r"\btask\s+(?:(?:automatic|static)\s+)?([A-Za-z_][\w$]*)"
-                       r"|\bfunction\b[^;(]*?([A-Za-z_][\w$]*)\s*[(;]"
-                       r"|\b(?:begin|fork)\s*:\s*([A-Za-z_][\w$]*)")
-_WORD = re.compile(r"[A-Za-z_][\w$]*")
-_COMMENTS = re.compile(r"//[^\n]*|/\*.*?\*/", re.DOTALL)
-_STRINGS = re.compile(r'"(?:\\.|[^"\\\n])*"')
-# `a.b`, `g[0].x`, `u1 .q`: a name, then a dot, then a name (port connections
-# `.a(b)` follow a comma or a parenthesis; numbers like 1.5 have no name after).
-_DOTTED = re.compile(r"[\w$\]]\s*\.\s*[A-Za-z_$]")
-# `Name inst (`, `Name inst [` (an array of instances), `Name #(`: an instance.
-_INSTANCE = re.compile(r"(?<![\w$.'])([A-Za-z_][\w$]*)(?:\s*#|\s+[A-Za-z_][\w$]*\s*[\[(])")
-_DEFINED = re.compile(r"\b(?:module|macromodule|interface|program|primitive)\s+([A-Za-z_][\w$]*)")
-# Words that can stand where _INSTANCE looks for a module name: (System)Verilog
-# keywords and the built-in gate primitives. A word missing here only costs an
-# isolated elaboration that was not needed.
-_NOT_MODULES = frozenset("""
-always always_comb always_ff always_latch and assert assign assume automatic begin bit buf
-bufif0 bufif1 byte case casex casez cmos const cover deassign default defparam disable do
-edge else end endcase endfunction endgenerate endmodule endtask enum event for force forever
-fork function generate genvar if iff initial inout input int integer join localparam logic
-longint macromodule module nand negedge nmos nor not notif0 notif1 or output packed parameter
-pmos posedge primitive priority property pulldown pullup rcmos real realtime reg release repeat
-return rnmos rpmos rtran rtranif0 rtranif1 scalared shortint signed specify static struct supply0
-supply1 task time tran tranif0 tranif1 tri tri0 tri1 triand trior trireg typedef union unique
-unique0 unsigned var vectored void wait wand while wire wor xnor xor
-""".split())
-
+# Words of an isolated elaboration's warning about a name it could not resolve.
+_UNRESOLVED_WARNING = re.compile(r"warning.*(?:scope|bind|find|resolv|unknown|not found|"
+                                 r"undeclared|hierarch)", re.IGNORECASE)
+# The testbench's draws that the judge reseeds: each `$random` / `$urandom` without
+# a seed of its own becomes a call of the verdict module's function of that
+# name, which draws from a seed of its own: 0 unless a plusarg gives another,
+# and Icarus's unseeded draws are those of a seed starting at 0, so the first
+# run's stimulus is upstream's, bit for bit.
+RESEEDED = ("$random", "$urandom")
+# The second simulation ends after this many of the testbench's samples (0: at
+# the testbench's own end). A design that replays the first stimulus's outputs
+# fails within its first few samples under another; the cap keeps the long
+# testbenches (conwaylife's 5,023 samples, countbcd's 39,805) from doubling the
+# judging time.
+SECOND_STIMULUS_SAMPLES = 500
+_ARGUMENTS = re.compile(r"\s*\(")
 
 # The judge's own module: the testbench's counters at the end of the simulation,
 # stamped with the run's secret. Every VerilogEval testbench counts into
 # tb.stats1 (errors, clocks) and prints them as its `Mismatches:` line.
 VERDICT_SOURCE = "verdict.sv"
 VERDICT_MODULE = """module {name};
-  final $display("{secret} %0d %0d", tb.stats1.errors, tb.stats1.clocks);
+  integer random_seed = 0;
+  reg [31:0] urandom_seed = 0;
+  reg seeded = 0;
+  reg [8*64-1:0] stamp;
+  integer cap = 0;
+  initial if ($value$plusargs("{name}_clocks=%d", cap)) ;
+  always @(tb.stats1) if (cap > 0 && tb.stats1.clocks >= cap) $finish;
+  task seed;
+    if (!seeded) begin
+      seeded = 1;
+      if ($value$plusargs("{name}_random=%d", random_seed)) ;
+      if ($value$plusargs("{name}_urandom=%d", urandom_seed)) ;
+    end
+  endtask
+  function integer random();
+    seed;
+    random = $random(random_seed);
+  endfunction
+  function [31:0] urandom();
+    seed;
+    urandom = $urandom(urandom_seed);
+  endfunction
+  final if ($value$plusargs("{name}=%s", stamp))
+    $display("%0s %0d %0d", stamp, tb.stats1.errors, tb.stats1.clocks);
 endmodule
 """
 # The only top of the isolated elaboration: the design under the testbench's
@@ -222,7 +216,6 @@ HARNESS_SOURCE = "harness.sv"
 ISOLATION_HARNESS = """module {name};
 {instances}endmodule
 """
-PROGRAM_FIFO = "program"
 
 
 def stamped_report(log, secret):
@@ -257,6 +250,7 @@ class Verdict:
     tb_samples: int | None = None
     detail: str = ""
     seconds: float = 0.0
+    second_tb_samples: int | None = None  # N under the shifted stimulus, where run
 
     def to_json(self):
         return dataclasses.asdict(self)
@@ -318,41 +312,87 @@ def _status(text):
 
 
 def upward_names(code):
-    """The names of `code`'s tasks, functions and named blocks: what a design
-    below it could call or disable by a simple name (module docstring)."""
-    return {name for match in _CALLABLE.findall(_strip(code)) for name in match if name}
-
-
-def may_reach_outside(code, outside_names=frozenset()):
-    """False only when `code` certainly names nothing outside itself (see the
-    module docstring); anything unusual counts as true. `outside_names`: the
-    testbench's and the reference's `upward_names`."""
-    text = _strip(code)
-    if outside_names and not outside_names.isdisjoint(_WORD.findall(text)):
-        return True
-    if any(sign in text for sign in ("`", "\\", "$root", "$unit", "::")) or \
-            _DOTTED.search(text) or re.search(r"\bimport\b", text):
-        return True
-    defined = set(_DEFINED.findall(text))
-    return any(name not in _NOT_MODULES and name not in defined
-               for name in _INSTANCE.findall(text))
-
-
-def _strip(code):
-    """Verilog text without comments, string literals emptied."""
-    return _STRINGS.sub('""', _COMMENTS.sub(" ", code))
+    """The names of `code`'s tasks, functions and named blocks (`begin : b`,
+    `b : begin`): what a design below it could call or disable by a simple
+    name (module docstring). `code` is the problem's own text."""
+    toks = rtl.tokens(code, continued_lines=True)
+    names = set()
+    for k, tok in enumerate(toks):
+        rest = toks[k + 1:k + 3]
+        if tok.text == "task":
+            names.update(t.text for t in rest[:2] if t.kind == rtl.WORD and
+                         t.text not in ("automatic", "static"))
+        elif tok.text == "function":
+            words = []
+            for later in toks[k + 1:]:
+                if later.text in ("(", ";"):
+                    break
+                if later.kind == rtl.WORD:
+                    words.append(later.text)
+            names.update(words[-1:])
+        elif tok.text in ("begin", "fork") and len(rest) == 2 and rest[0].text == ":":
+            names.add(rest[1].text)
+        elif tok.kind == rtl.WORD and len(rest) == 2 and rest[0].text == ":" and \
+                rest[1].text in ("begin", "fork"):
+            names.add(tok.text)
+    return {name for name in names if name not in rtl.KEYWORDS}
 
 
 def declares_outside_modules(code):
     """Whether `code` (a testbench or a reference) declares anything in the
-    compilation unit: text outside its modules other than directives."""
-    return bool(_DIRECTIVE.sub(" ", _DESIGN_UNITS.sub(" ", _strip(code))).strip())
+    compilation unit: a token outside its modules and primitives other than a
+    directive's line."""
+    depth, directive_line = 0, None
+    opens = rtl.DEFINES | {"interface", "program"}  # a package declares: outside
+    closes = {"endmodule", "endprimitive", "endinterface", "endprogram"}
+    for tok in rtl.tokens(code, continued_lines=True):
+        if tok.kind == rtl.DIRECTIVE:
+            directive_line = tok.line
+        elif tok.text in opens:
+            depth += 1
+        elif tok.text in closes:
+            depth -= 1
+        elif not depth and tok.line != directive_line:
+            return True
+    return False
 
 
-def isolation_harness(testbench, name):
+def random_draws(testbench):
+    """Offsets and names of `testbench`'s unseeded `$random` and `$urandom` (RESEEDED)."""
+    return tuple((t.start, t.text) for t in rtl.tokens(testbench, continued_lines=True)
+                 if t.text in RESEEDED and not _ARGUMENTS.match(testbench, t.start + len(t.text)))
+
+
+def reseeded(testbench, draws, module):
+    """`testbench` with each of its `draws` (random_draws) a call of `module`'s
+    function of that name."""
+    out, at = [], 0
+    for start, name in draws:
+        out += [testbench[at:start], f"{module}.{name[1:]}()"]
+        at = start + len(name)
+    return "".join(out) + testbench[at:]
+
+
+def isolation_harness(testbench, name="{name}"):
     """The isolated elaboration's top (ISOLATION_HARNESS) for `testbench`'s text:
-    the design under each instance name the testbench gives it."""
-    names = list(dict.fromkeys(_DESIGN_INSTANCE.findall(_strip(testbench)))) or ["top_module1"]
+    the design under each instance name the testbench gives it. Without a
+    `name`, a template to format with one."""
+    toks = rtl.tokens(testbench, continued_lines=True)
+    names = []
+    for k, tok in enumerate(toks):
+        if tok.text != DESIGN_MODULE or k + 1 >= len(toks):
+            continue
+        j = k + 1
+        if toks[j].text == "#":  # parameters: skip the parenthesised list
+            depth = 0
+            for j in range(j + 1, len(toks)):
+                depth += (toks[j].text == "(") - (toks[j].text == ")")
+                if depth == 0:
+                    break
+            j += 1
+        if j + 1 < len(toks) and toks[j].kind == rtl.WORD and toks[j + 1].text in ("(", "["):
+            names.append(toks[j].text)
+    names = list(dict.fromkeys(names)) or ["top_module1"]
     return ISOLATION_HARNESS.format(
         name=name, instances="".join(f"  {DESIGN_MODULE} {n} ();\n" for n in names))
 
@@ -360,14 +400,19 @@ def isolation_harness(testbench, name):
 def outside_references(isolated_log, codes):
     """What the sample reaches outside itself, sorted; [] when it does not.
 
-    `codes`: the script's phase exit codes. The sample reached outside when its
-    isolated elaboration failed and the full compile did not (module
-    docstring); the names the harness could not bind are the detail, or its
-    first error line when iverilog named none."""
-    if codes.get(PHASES[0], 0) == 0 or codes.get(PHASES[1]) != 0:
+    `codes`: the compile's phase exit codes. The sample reached outside when
+    its isolated elaboration failed and the full compile did not, or when the
+    isolated elaboration warned about a name or scope it could not resolve
+    (module docstring); the names the harness could not bind are the detail,
+    or its first such line when iverilog named none."""
+    if codes.get(PHASES[1]) != 0:
+        return []
+    warned = [line.strip()[:300] for line in isolated_log.splitlines()
+              if _UNRESOLVED_WARNING.search(line)]
+    if codes.get(PHASES[0], 0) == 0 and not warned:
         return []
     names = set(_UNBOUND_NAME.findall(isolated_log)) | set(_UNKNOWN_MODULE.findall(isolated_log))
-    return sorted(names) or [_first_line_with(isolated_log, ("error", "Error"))]
+    return sorted(names) or warned[:1] or [_first_line_with(isolated_log, ("error", "Error"))]
 
 
 def verdict_from(log, status_text, run, log_limit_hit, expected_samples=None, seconds=0.0,
@@ -386,12 +431,12 @@ def verdict_from(log, status_text, run, log_limit_hit, expected_samples=None, se
         return Verdict(False, reason, upstream_pass, analysis.upstream_class,
                        mismatches, samples, detail, seconds)
 
-    codes = [status.get(phase) for phase in PHASES]
+    codes = [status.get(phase) for phase in PHASES[:3]]  # the second run: _second_stimulus
     if run.wall_timeout:
         return fail(WALL_TIMEOUT)
-    if run.timed_out_phase is not None and run.timed_out_phase < len(PHASES) - 1:
+    if run.timed_out_phase is not None and run.timed_out_phase < 2:
         return fail(COMPILE_TIMEOUT)
-    if run.timed_out_phase == len(PHASES) - 1:
+    if run.timed_out_phase == 2:
         return fail(UPSTREAM_REASONS["T"])
     if log_limit_hit or _SIGXFSZ_EXIT in codes:
         return fail(LOG_LIMIT)
@@ -416,23 +461,35 @@ def verdict_from(log, status_text, run, log_limit_hit, expected_samples=None, se
 
 
 def script(iverilog, vvp):
-    """The shell script run in the sandbox: the sample alone, compile, simulate.
+    """The shell script run in the sandbox: the sample alone, compile, simulate,
+    and simulate again under the second stimulus.
 
     Arguments: $1 a random marker, $2 whether to elaborate the sample alone,
     $3 the verdict module's source, $4 its name, $5 the isolation harness's
-    source, $6 its name. Tool output goes to stdout:
-    the isolated elaboration's (when $2 is 1), then the marker line (no sample
-    can print it in advance), then upstream's log with the stamped report. The
-    verdict module is compiled as a second top (`-s`) and its source deleted;
-    vvp reads the program through a FIFO from a file deleted first (module
-    docstring). The script's own stderr gets one line per finished phase
-    (PHASES), with its exit code: the sandbox starts each phase's wall-clock
-    limit at the previous line, and the sample cannot write there (the tools'
-    stderr goes to stdout).
+    source, $6 its name, $7 the stamp (the secret), $8 whether to simulate a
+    pass again, $9 a second marker, $10 and $11 the second stimulus's seeds,
+    $12 how many of its samples it runs at most.
+    Tool output goes to stdout: the isolated elaboration's (when $2 is 1), the
+    marker line (no sample can print it in advance), upstream's log with the
+    stamped report, and after the second marker the second simulation's log,
+    run only when the first printed a stamped report of 0 errors over N > 0
+    samples. The verdict module is compiled as a second top (`-s`) and its
+    source deleted. vvp reads the program through a FIFO in the private /tmp
+    from a file deleted first, and runs in an empty read-only folder; the stamp
+    is a plusarg of vvp (module docstring). The script's own stderr gets one
+    line per finished phase (PHASES), with its exit code: the sandbox starts
+    each phase's wall-clock limit at the previous line, and no tool writes
+    there (their stderr goes to stdout).
     """
     q = shlex.quote
     compile_cmd = " ".join([q(iverilog), *COMPILE_FLAGS, '-s "$4"', "-o", SIMULATION, SAMPLE,
                             TEST, REF, VERDICT_SOURCE])
+    # In a subshell: dash reports a child killed for its file size on the child's
+    # own stderr, here the capped log, and would be killed for it in turn.
+    # `-none`: the testbench's waveform dump writes nothing (it went to
+    # /dev/null anyway), at a cost.
+    simulate = (f'cat <&$fd > "$fifo" & feeder=$!; ({q(vvp)} -n "$fifo" -none "$@" 3<&- 4<&- '
+                f'> "$TMPDIR/log" 2>&1); rc=$?; kill "$feeder" 2>/dev/null')
     return "\n".join([
         "rc=0",
         f'if [ "$2" = 1 ]; then printf \'%s\' "$5" > {HARNESS_SOURCE}',
@@ -447,22 +504,35 @@ def script(iverilog, vvp):
         f"rm -f {VERDICT_SOURCE}",
         'echo "compile $rc" >&2',
         "[ $rc -eq 0 ] || exit 0",
-        f"exec 3< {SIMULATION} && rm -f {SIMULATION} && mkfifo {PROGRAM_FIFO} || exit 1",
-        f"cat <&3 > {PROGRAM_FIFO} &",
-        "feeder=$!",
-        "exec 3<&-",
-        f"{q(vvp)} -n {PROGRAM_FIFO} 2>&1",
-        "rc=$?",
-        'kill "$feeder" 2>/dev/null',  # blocked only if vvp never opened the FIFO
+        'stamp="+$4=$7" random="+$4_random=${10}" urandom="+$4_urandom=${11}"',
+        'clocks="+$4_clocks=${12}"',
+        'pass="$7 0 " again="$8" marker="$9" fifo="$TMPDIR/program"',
+        f"exec 3< {SIMULATION} 4< {SIMULATION} && rm -f {SIMULATION} && mkfifo \"$fifo\" "
+        "|| exit 1",
+        'cd "$SANDBOX_EMPTY_DIR" || exit 1',
+        'set -- "$stamp"; fd=3',
+        simulate,
+        'cat "$TMPDIR/log"',
         'echo "simulate $rc" >&2',
+        '[ "$again" = 1 ] && grep -q "^$pass[1-9]" "$TMPDIR/log" || exit 0',
+        'echo "$marker"',
+        'set -- "$stamp" "$random" "$urandom" "$clocks"; fd=4',
+        simulate,
+        'cat "$TMPDIR/log"',
+        'echo "second $rc" >&2',
     ])
 
 
 def find_tool(name):
-    """The absolute path of an executable: a path as given; a name, the pinned
-    tool where this target carries it (third_party/pinned/, what Bazel runs),
-    else the name on PATH."""
-    path = (os.sep not in name and pinned.path(name)) or shutil.which(name)
+    """The absolute path of an executable: a path as given; a pinned tool's name,
+    the pinned tool (common/pinned.py: under Bazel only that one); another name,
+    the one on PATH."""
+    if os.sep in name:
+        path = name if os.access(name, os.X_OK) else None
+    elif name in pinned.TOOLS:
+        path = pinned.tool(name)
+    else:
+        path = shutil.which(name)
     if not path:
         raise FileNotFoundError(
             f"{name} not found: install Icarus Verilog (`apt-get install -y iverilog`)")
@@ -474,6 +544,23 @@ def iverilog_version(iverilog):
                          timeout=60)
     lines = (out.stdout or out.stderr).splitlines()
     return lines[0].strip() if lines else "unknown"
+
+
+def binary_behind(path):
+    """The executable file `path` runs: itself, or for the pinned tools' wrapper
+    (tools/test_tools.py: `exec "$root/BINARY"`, root beside its bin/ folder) the
+    binary it runs. The sandbox links it at /proc/self/exe, where iverilog looks
+    for its own files."""
+    with open(path, "rb") as f:
+        head = f.read(4096)
+    if head.startswith(b"\x7fELF"):
+        return path
+    found = re.search(rb'exec "\$root/([^"]+)"', head)
+    if not found:
+        raise JudgeError(f"{path} is a script that runs something the judge cannot name: "
+                         "give --config.iverilog the Icarus Verilog binary itself")
+    root = os.path.join(os.path.dirname(os.path.dirname(path)), "root")
+    return os.path.join(root, found.group(1).decode())
 
 
 def tool_prefix(path):
@@ -489,7 +576,8 @@ class Judge:
     """Judges samples; thread-safe (each call has its own directory)."""
 
     def __init__(self, box, iverilog="iverilog", vvp="vvp", compile_timeout_s=60,
-                 sim_timeout_s=30, scratch_dir=None, keep_dirs=False):
+                 sim_timeout_s=30, scratch_dir=None, keep_dirs=False, stimulus_seed=None,
+                 second_stimulus_samples=SECOND_STIMULUS_SAMPLES):
         self.box = box
         self.iverilog = find_tool(iverilog)
         self.vvp = find_tool(vvp)
@@ -497,13 +585,18 @@ class Judge:
         box.add_readonly_dirs((tool_prefix(self.iverilog), tool_prefix(self.vvp)))
         self.scratch_dir = scratch_dir
         self.keep_dirs = keep_dirs
+        self.second_stimulus_samples = second_stimulus_samples
+        # Drawn for this judge unless given: no sample can know the second stimulus.
+        self.stimulus_seed = (secrets.randbits(31) if stimulus_seed is None or stimulus_seed < 0
+                              else stimulus_seed)
         self._script = script(self.iverilog, self.vvp)
-        self._phase_timeouts = (compile_timeout_s, compile_timeout_s, sim_timeout_s)
-        self._testbenches = {}  # test_path -> (text, always isolate, upward names)
+        self._iverilog_binary = binary_behind(self.iverilog)
+        self._phase_timeouts = (compile_timeout_s, compile_timeout_s, sim_timeout_s,
+                                sim_timeout_s)
+        self._testbenches = {}  # test_path -> _Testbench
 
     def _testbench(self, problem):
-        """(the testbench's text, whether every sample of `problem` is elaborated
-        alone, the names a design could reach upward), read once per testbench."""
+        """What the judge reads of `problem`'s testbench and reference, once."""
         if problem.test_path not in self._testbenches:
             with open(problem.test_path) as f:
                 testbench = f.read()
@@ -514,51 +607,81 @@ class Judge:
                     "regenerate a sample-task data set with //eval:sample_tasks")
             with open(problem.ref_path) as f:
                 reference = f.read()
-            self._testbenches[problem.test_path] = (
-                testbench, declares_outside_modules(testbench) or
-                declares_outside_modules(reference),
-                frozenset(upward_names(testbench) | upward_names(reference)))
+            try:
+                self._testbenches[problem.test_path] = _Testbench(
+                    testbench, declares_outside_modules(testbench) or
+                    declares_outside_modules(reference),
+                    frozenset(upward_names(testbench) | upward_names(reference) |
+                              rtl.top_level_modules(rtl.tokens(testbench, True)) |
+                              rtl.top_level_modules(rtl.tokens(reference, True))),
+                    random_draws(testbench), isolation_harness(testbench))
+            except rtl.Unreadable as e:
+                raise JudgeError(f"{problem.id}: its testbench or reference is not "
+                                 f"Verilog this judge reads: {e}") from None
         return self._testbenches[problem.test_path]
 
+    def stimulus_seeds(self, problem):
+        """The seeds of the second simulation of `problem`: its `$random` and its
+        `$urandom` stream (1 to 2**31 - 1), from the problem and `stimulus_seed`."""
+        digest = hashlib.sha256(f"{self.stimulus_seed}:{problem.id}".encode()).digest()
+        return tuple(1 + int.from_bytes(digest[i:i + 4], "big") % (2**31 - 1) for i in (0, 4))
+
     def judge(self, problem, code, expected_samples=None):
-        """The Verdict for `code` (extracted Verilog) on `problem`."""
-        testbench, always_isolate, names = self._testbench(problem)
+        """The Verdict for `code` (extracted Verilog) on `problem`.
+        `expected_samples`: the reference's N (`tb_samples`), or its N under the
+        first and the second stimulus (`expected_tb_samples`), or None."""
+        bench = self._testbench(problem)
         if not code.strip():
             return Verdict(False, NO_CODE, False, "m", detail="no code extracted")
+        refused = rtl.problems(code)
+        if refused:
+            return Verdict(False, NOT_RTL, False, NOT_JUDGED, detail=refused[0])
+        expected, expected_second = (expected_samples if isinstance(expected_samples, tuple)
+                                     else (expected_samples, None))
         start = time.monotonic()
         run_dir = tempfile.mkdtemp(prefix=problem.id + "_", dir=self.scratch_dir)
         try:
-            with open(os.path.join(run_dir, SAMPLE), "w") as f:
-                f.write(code)
-            shutil.copyfile(problem.test_path, os.path.join(run_dir, TEST))
-            shutil.copyfile(problem.ref_path, os.path.join(run_dir, REF))
-            marker = f"-- upstream log {uuid.uuid4().hex} --"
+            markers = [f"-- {what} {uuid.uuid4().hex} --" for what in ("upstream log", "second")]
             secret, module = uuid.uuid4().hex, f"g4_verdict_{uuid.uuid4().hex[:12]}"
             harness = f"g4_isolation_{uuid.uuid4().hex[:12]}"
-            isolate = always_isolate or may_reach_outside(code, names)
+            with open(os.path.join(run_dir, SAMPLE), "w") as f:
+                f.write(code)
+            with open(os.path.join(run_dir, TEST), "w") as f:
+                f.write(reseeded(bench.text, bench.random_draws, module))
+            shutil.copyfile(problem.ref_path, os.path.join(run_dir, REF))
+            isolate = bench.always_isolate or rtl.reaches_outside(code, bench.upward_names)
+            seeds = self.stimulus_seeds(problem)
             run = self.box.run_script(
                 self._script, run_dir, inputs=(SAMPLE, TEST, REF), null_files=(WAVE,),
                 stdout_name=LOG, phase_timeouts=self._phase_timeouts,
-                args=(marker, "1" if isolate else "0",
-                      VERDICT_MODULE.format(name=module, secret=secret), module,
-                      isolation_harness(testbench, harness), harness))
+                args=(markers[0], "1" if isolate else "0", VERDICT_MODULE.format(name=module),
+                      module, bench.harness.format(name=harness), harness, secret,
+                      "1" if bench.random_draws else "0", markers[1], *map(str, seeds),
+                      str(self.second_stimulus_samples)),
+                exe_link=self._iverilog_binary, empty_dir=True)
             limit = self.box.limits.file_bytes
             with open(os.path.join(run_dir, LOG), "rb") as f:
                 raw = f.read(limit + 1)
-            isolated, _, log = raw.decode("utf-8", "replace").partition(marker + "\n")
+            isolated, _, log = raw.decode("utf-8", "replace").partition(markers[0] + "\n")
+            log, _, second_log = log.partition(markers[1] + "\n")
             log, report = stamped_report(log, secret)
             status = run.stderr
-            if run.timed_out_phase is not None:
+            codes = _status(status)
+            if run.timed_out_phase is not None and run.timed_out_phase < len(PHASES) - 1:
                 log += "\nTIMEOUT\n"  # as upstream appends on its wall-clock limit
-            elif not run.wall_timeout and PHASES[0] not in _status(status):
+            elif not run.wall_timeout and PHASES[0] not in codes:
                 # Only the sandbox failing to start keeps the script from its
                 # first status line; failing every sample for it would be wrong.
                 raise JudgeError(f"{problem.id}: the sandbox did not run (exit "
                                  f"{run.returncode}): {status.strip()[:1000]}")
-            return verdict_from(log, status, run, len(raw) >= limit, expected_samples,
-                                time.monotonic() - start,
-                                outside=outside_references(isolated, _status(status)),
-                                report=report)
+            limit_hit = len(raw) >= limit
+            verdict = verdict_from(log, status, run, limit_hit and not second_log, expected,
+                                   outside=outside_references(isolated, codes),
+                                   report=report)
+            if verdict.passed and bench.random_draws:
+                verdict = _second_stimulus(verdict, second_log, secret, seeds, expected_second,
+                                           run, codes, limit_hit)
+            return dataclasses.replace(verdict, seconds=time.monotonic() - start)
         finally:
             if not self.keep_dirs:
                 shutil.rmtree(run_dir, ignore_errors=True)
@@ -568,16 +691,51 @@ class Judge:
         return self.judge(problem, problem.reference_as_sample())
 
 
+@dataclasses.dataclass(frozen=True)
+class _Testbench:
+    text: str
+    always_isolate: bool          # it or the reference declares in the compilation unit
+    upward_names: frozenset       # its and the reference's tasks, functions, named
+                                  # blocks (what a design could call) and modules
+    random_draws: tuple           # (offset, name) of its unseeded draws (random_draws)
+    harness: str                  # the isolation harness, its name a {name} field
+
+
+def _second_stimulus(verdict, log, secret, seeds, expected, run, codes, limit_hit):
+    """`verdict` (a pass) confirmed by the second simulation's `log`, or the
+    second_stimulus failure (module docstring)."""
+    _, report = stamped_report(log, secret)
+    errors, samples = report if report is not None else (None, None)
+    if run.wall_timeout or run.timed_out_phase is not None:
+        why = "timed out"
+    elif limit_hit or codes.get(PHASES[3]) in (_SIGXFSZ_EXIT, _SIGXCPU_EXIT):
+        why = "reached a limit of the sandbox"
+    elif report is None:
+        why = "printed no report"
+    elif errors or not samples:
+        why = f"{errors} mismatches in {samples} samples"
+    elif expected is not None and samples != expected:
+        why = f"{samples} samples where the reference has {expected}"
+    else:
+        return dataclasses.replace(verdict, second_tb_samples=samples)
+    return dataclasses.replace(verdict, passed=False, reason=SECOND_STIMULUS,
+                               second_tb_samples=samples,
+                               detail=f"under a second stimulus (seeds {seeds[0]}, "
+                                      f"{seeds[1]}): {why}")
+
+
 def from_config(config, scratch_dir=None):
     """A Judge with the sandbox and limits of an eval config (configs/cpu.py)."""
     iverilog, vvp = find_tool(config.iverilog), find_tool(config.vvp)
     slack = 10
     limits = sandbox_lib.Limits(
-        wall_s=config.compile_timeout_s + config.sim_timeout_s + slack,
+        wall_s=config.compile_timeout_s + 2 * config.sim_timeout_s + slack,
         cpu_s=config.cpu_limit_s,
         memory_bytes=config.memory_limit_mb << 20,
         file_bytes=config.log_limit_kb << 10,
         dir_bytes=config.dir_limit_mb << 20)
     box = sandbox_lib.Sandbox(config.sandbox, limits)
     return Judge(box, iverilog, vvp, config.compile_timeout_s, config.sim_timeout_s,
-                 scratch_dir=scratch_dir, keep_dirs=config.keep_dirs)
+                 scratch_dir=scratch_dir, keep_dirs=config.keep_dirs,
+                 stimulus_seed=config.stimulus_seed,
+                 second_stimulus_samples=config.second_stimulus_samples)

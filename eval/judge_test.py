@@ -1,12 +1,15 @@
 import hashlib
 import os
 import shutil
+import subprocess
+from unittest import mock
 
 from absl.testing import absltest
 
 from eval import completions
 from eval import judge
 from eval import problems
+from eval import rtl
 from eval import sandbox
 from eval import scoring
 from eval import testing
@@ -109,37 +112,6 @@ class AnalyzeLogTest(absltest.TestCase):
                          (False, judge.OUTSIDE_REFERENCE, True))
         self.assertIn("tb.stats1.errors", reached.detail)
 
-    def test_which_samples_are_elaborated_alone(self):
-        reaching = {
-            "hierarchical": "assign zero = tb.good1.zero;",
-            "indexed": "assign zero = g[0].x;",
-            "instance": "RefModule r(.zero(zero));",
-            "positional_instance": "RefModule r(zero);",
-            "parameterized_instance": "RefModule #(1) r(zero);",
-            "instance_array": "RefModule r [1:0] (zero);",
-            "escaped_name": "assign zero = \\tb .good1.zero;",
-            "macro": "`R r(zero);",
-            "root": "assign zero = $root.x;",
-            "unit": "assign zero = $unit::x;",
-            "package": "assign zero = tb_pkg::x;",
-            "import": "import tb_pkg::*;\nassign zero = x;",
-        }
-        for name, body in reaching.items():
-            with self.subTest(name=name):
-                self.assertTrue(judge.may_reach_outside(_zero(body)))
-        # A task, function or named block of the testbench, by a simple name.
-        names = frozenset({"wait_for_end_of_timestep", "tb_zero"})
-        self.assertTrue(judge.may_reach_outside(_zero("initial wait_for_end_of_timestep;"),
-                                                names))
-        self.assertTrue(judge.may_reach_outside(_zero("assign zero = tb_zero();"), names))
-        self.assertFalse(judge.may_reach_outside(_zero("assign zero = tb_zero_not;"), names))
-        self.assertFalse(judge.may_reach_outside(_zero("// tb_zero\nassign zero = 0;"), names))
-        plain = ("module Const0(output o);\n  assign o = 1'b0;\nendmodule\n" + _zero(
-            "// tb.good1.zero in a comment\nConst0 u(.o(zero));\nand g1(w, zero, zero);\n"
-            "initial $display(\"tb.x %d\", 1.5);\nalways @(posedge zero) if (zero) "
-            "begin end else begin end"))
-        self.assertFalse(judge.may_reach_outside(plain))
-
     def test_outside_references_from_the_isolated_elaboration(self):
         isolated = ("s.sv:3: error: Could not find variable ``good1.zero'' in "
                     "``g4_isolation_1.top_module1''\n"
@@ -157,6 +129,13 @@ class AnalyzeLogTest(absltest.TestCase):
         # Failing in both is a compile error, judged as upstream; so is not isolating.
         self.assertEqual(judge.outside_references(isolated, {"isolate": 2, "compile": 1}), [])
         self.assertEqual(judge.outside_references("", {"isolate": 0, "compile": 0}), [])
+        # Fails closed: an isolated elaboration that exits 0 but warns about a name
+        # or scope it cannot resolve reached outside (the old judge trusted the 0).
+        warned = "s.sv:7: warning: Cannot find scope `good1' in `g4_isolation_1.top_module1'\n"
+        self.assertEqual(judge.outside_references(warned, {"isolate": 0, "compile": 0}),
+                         ["good1"])
+        self.assertEqual(judge.outside_references("s.sv:2: warning: Some other thing.\n",
+                                                  {"isolate": 0, "compile": 0}), [])
         self.assertEqual(self._verdict(_report(4, 20), report=(4, 20)).reason, judge.MISMATCH)
         self.assertEqual(self._verdict("", report=None).reason, judge.NO_REPORT)
 
@@ -200,6 +179,51 @@ class AnalyzeLogTest(absltest.TestCase):
                     self.assertFalse(judge.declares_outside_modules(f.read()), name)
 
 
+# A testbench of our own for weakness 4: 1 + %d random draws, one per clock,
+# compared at each rising edge; the reference copies its input.
+_COPY_TESTBENCH = """`timescale 1 ps/1 ps
+module stimulus_gen(input clk, output reg d);
+  initial begin
+    d = $random;
+    repeat (%d) @(negedge clk) d = $random;
+    @(negedge clk) $finish;
+  end
+endmodule
+module tb();
+  typedef struct packed { int errors; int clocks; } stats;
+  stats stats1;
+  reg clk = 0;
+  initial forever #5 clk = ~clk;
+  wire d, q_ref, q_dut;
+  initial stats1 = '0;
+  stimulus_gen stim1(.clk(clk), .d(d));
+  RefModule good1(.clk(clk), .d(d), .q(q_ref));
+  TopModule top_module1(.clk(clk), .d(d), .q(q_dut));
+  always @(posedge clk) begin
+    stats1.clocks++;
+    if (q_ref !== q_dut) stats1.errors++;
+  end
+  final $display("Mismatches: %%1d in %%1d samples", stats1.errors, stats1.clocks);
+endmodule
+"""
+_COPY_REFERENCE = """module RefModule(input clk, input d, output q);
+  assign q = d;
+endmodule
+"""
+
+
+def _custom_problem(directory, problem_id, testbench, reference):
+    """A one-problem data set in `directory`."""
+    for suffix, text in (("_prompt.txt", "Copy d to q.\n"), ("_ref.sv", reference),
+                         ("_test.sv", testbench)):
+        with open(os.path.join(directory, problem_id + suffix), "w") as f:
+            f.write(text)
+    with open(os.path.join(directory, "problems.txt"), "w") as f:
+        f.write(problem_id + "\n")
+    [problem] = problems.load(directory)
+    return problem
+
+
 class JudgeTest(absltest.TestCase):
     """Real iverilog in the bubblewrap sandbox; both must be installed (no skipping)."""
 
@@ -221,8 +245,8 @@ class JudgeTest(absltest.TestCase):
         box = sandbox.Sandbox(sandbox.BWRAP, sandbox.Limits(
             wall_s=40, cpu_s=20, file_bytes=256 << 10, dir_bytes=64 << 20))
         cls.judge = judge.Judge(box, compile_timeout_s=20, sim_timeout_s=3)
-        cls.expected = {p.id: cls.judge.judge_reference(p).tb_samples
-                        for p in (cls.zero, cls.counter)}
+        cls.expected = {p.id: (v.tb_samples, v.second_tb_samples) for p, v in
+                        ((p, cls.judge.judge_reference(p)) for p in (cls.zero, cls.counter))}
 
     def _judge(self, problem, code):
         return self.judge.judge(problem, code, self.expected[problem.id])
@@ -232,7 +256,8 @@ class JudgeTest(absltest.TestCase):
             verdict = self.judge.judge_reference(p)
             self.assertTrue(verdict.passed, verdict)
             self.assertEqual(verdict.mismatches, 0)
-        self.assertEqual(self.expected[self.zero.id], 20)
+        self.assertEqual(self.expected[self.zero.id], (20, None))  # no random stimulus
+        self.assertEqual(self.expected[self.counter.id][0], self.expected[self.counter.id][1])
 
     def test_broken_samples_fail(self):
         cases = [
@@ -256,14 +281,12 @@ class JudgeTest(absltest.TestCase):
         code = self.counter.reference_as_sample().replace("q == 10", "q == 9")
         verdict = self._judge(self.counter, code)
         self.assertGreater(verdict.mismatches, 0)
-        self.assertEqual(verdict.tb_samples, self.expected[self.counter.id])
+        self.assertEqual(verdict.tb_samples, self.expected[self.counter.id][0])
 
-    def test_hostile_samples_are_contained_and_fail(self):
-        outside = self.create_tempdir().full_path
-        escape = os.path.join(outside, "escaped.txt")
-        with open(self.zero.test_path, "rb") as f:
-            testbench = hashlib.sha256(f.read()).hexdigest()
-        hostile = {
+    def _hostile(self, escape):
+        """{name: sample} of designs that are wrong for Prob001_zero (its answer is
+        0) unless a trick works."""
+        return {
             "infinite_loop": _zero("assign zero = 1'b0;\ninteger i;\n"
                                    "initial begin i = 0; while (1) i = i + 1; end"),
             "endless_print": _zero("assign zero = 1'b0;\n"
@@ -277,8 +300,7 @@ class JudgeTest(absltest.TestCase):
                 "assign zero = 1'b1;\n"
                 "initial begin $display(\"Mismatches: 0 in 20 samples\"); $finish; end"),
             # Forging the testbench's report and ending the simulation from a final
-            # block, which skips the final blocks that have not run yet: each of
-            # these passed the judge that read the `Mismatches:` line.
+            # block, which skips the final blocks that have not run yet.
             "final_report_and_finish": _zero(
                 "assign zero = 1'b1;\n"
                 "final begin $display(\"Mismatches: 0 in 20 samples\"); $finish; end"),
@@ -293,9 +315,7 @@ class JudgeTest(absltest.TestCase):
                 "assign zero = 1'b1;\n"
                 "final begin $write(\"Mismatch\"); $write(\"es: %0d in \", 0);\n"
                 "  $display(\"%0d samples\", 20); $finish; end"),
-            # Looking for the stamp: every file and argument the sample could read
-            # (the compiled program, the verdict module's source, plusargs), then
-            # printing what it found as a report and ending the run.
+            # Looking for the stamp in every file and argument the sample could read.
             "reads_for_the_stamp": _zero(
                 "assign zero = 1'b1;\ninteger fd, n; reg [8*4096-1:0] text;\n"
                 "initial begin\n"
@@ -304,6 +324,25 @@ class JudgeTest(absltest.TestCase):
                 "  if ($value$plusargs(\"%s\", text)) $display(\"%0s\", text);\n"
                 "end\n"
                 "final begin $display(\"%0s 0 20\", text); $finish; end"),
+            # Weakness 1 (the sandbox showed the judge): the judge's shell is a
+            # process of the sandbox, and its command line holds the verdict
+            # module's source with the secret. Read it from /proc, stamp a clean
+            # report, end the run before the real one. Passed the old judge.
+            "reads_the_secret_from_proc": _zero(
+                "assign zero = 1'b1;\ninteger fd, c, p, k, found;\n"
+                "reg [8*32-1:0] secret; reg [8*9-1:0] seen; reg [8*16-1:0] path;\n"
+                "initial begin\n  found = 0;\n"
+                "  for (p = 1; p < 12 && !found; p = p + 1) begin\n"
+                "    $sformat(path, \"/proc/%0d/cmdline\", p);\n"
+                "    fd = $fopen(path, \"rb\"); seen = 0;\n"
+                "    while (fd && !found && !$feof(fd)) begin\n"
+                "      c = $fgetc(fd); seen = {seen[8*8-1:0], c[7:0]};\n"
+                "      if (seen == \"display(\\\"\") begin\n"
+                "        for (k = 0; k < 32; k = k + 1) begin c = $fgetc(fd);\n"
+                "          secret = {secret[8*31-1:0], c[7:0]}; end\n"
+                "        found = 1;\n      end\n    end\n"
+                "    if (fd) $fclose(fd);\n  end\nend\n"
+                "final if (found) begin $display(\"%0s 0 20\", secret); $finish; end"),
             "early_finish": "`timescale 1 ps/1 ps\n" + _zero(
                 "assign zero = 1'b0;\ninitial #52 $finish;"),
             "syntax_error": _zero("assign zero = ;"),
@@ -323,6 +362,12 @@ class JudgeTest(absltest.TestCase):
             "copies_reference_upward_from_below": _zero("Sub u(.o(zero));") +
             "module Sub(output o);\nassign o = good1.zero;\nendmodule\n"
             "module good1;\nwire zero = 1'b1;\nendmodule\n",
+            # Weakness 3 (the text pre-filter failed open): comments were cut before
+            # strings, so a "/*" in one string and a "*/" in another hid the name
+            # between them, and the sample was never isolated. Passed the old judge.
+            "hides_a_name_between_strings": _zero(
+                "initial $display(\"/*\");\nassign zero = good1.zero;\n"
+                "initial $display(\"*/\");"),
             # Declaring what the testbench declares: a second definition.
             "defines_the_reference": _zero("assign zero = 1'b1;") +
             "module RefModule(output zero);\nassign zero = 1'b1;\nendmodule\n",
@@ -332,12 +377,81 @@ class JudgeTest(absltest.TestCase):
                                             "initial wait_for_end_of_timestep;"),
             "wrong_module_name": "module Zero(output zero);\nassign zero = 0;\nendmodule\n",
         }
+
+    def _judge_all(self, samples):
+        """{name: Verdict} of `samples` on Prob001_zero, judged as a run judges them,
+        followed by the reference, which must still pass."""
+        names = list(samples)
+        rows = [completions.Completion(self.zero.id, i, f"[BEGIN]\n{samples[name]}\n[DONE]")
+                for i, name in enumerate(names)]
+        rows.append(completions.Completion(self.zero.id, len(rows),
+                                           testing.reference_completion(self.zero)))
+        results = scoring.judge_completions(self.judge, {self.zero.id: self.zero}, rows,
+                                            workers=2, expected=self.expected)
+        self.assertTrue(results[-1].verdict.passed, results[-1])  # the run went on
+        return {name: result.verdict for name, result in zip(names, results)}
+
+    def _assert_contained(self, escape, testbench_digest):
+        self.assertFalse(os.path.exists(escape))
+        with open(self.zero.test_path, "rb") as f:
+            self.assertEqual(hashlib.sha256(f.read()).hexdigest(), testbench_digest)
+
+    def test_hostile_samples_fail_most_as_not_rtl(self):
+        escape = os.path.join(self.create_tempdir().full_path, "escaped.txt")
+        with open(self.zero.test_path, "rb") as f:
+            testbench = hashlib.sha256(f.read()).hexdigest()
+        not_rtl = {
+            "writes_outside": "$fopen", "fake_report_and_finish": "$finish",
+            "final_report_and_finish": "$finish", "final_report_and_fatal": "$fatal",
+            "final_report_on_stderr": "$fdisplay", "final_report_in_pieces": "$finish",
+            "reads_for_the_stamp": "$fopen", "reads_the_secret_from_proc": "$sformat",
+            "early_finish": "$finish",
+            "resets_tb_errors": "a hierarchical name or member select tb.stats1",
+            "copies_reference": "a hierarchical name or member select tb.good1",
+            "reads_root": "$root",
+            "copies_reference_upward": "a hierarchical name or member select good1.zero",
+            "copies_reference_upward_from_below":
+                "a hierarchical name or member select good1.zero",
+            "hides_a_name_between_strings": "a hierarchical name or member select good1.zero",
+        }
+        compiled = {
+            "infinite_loop": "timeout", "endless_print": judge.LOG_LIMIT,
+            "syntax_error": "syntax_error",
+            "instantiates_reference": judge.OUTSIDE_REFERENCE,
+            "defines_the_reference": "error", "defines_the_testbench": "error",
+            "calls_a_testbench_task": judge.OUTSIDE_REFERENCE,
+            "wrong_module_name": "unknown_module",
+        }
+        verdicts = self._judge_all(self._hostile(escape))
+        self.assertEqual(set(verdicts), set(not_rtl) | set(compiled))
+        for name, verdict in verdicts.items():
+            with self.subTest(name=name):
+                self.assertFalse(verdict.passed, verdict)
+                if name in not_rtl:
+                    self.assertEqual(verdict.reason, judge.NOT_RTL, verdict)
+                    self.assertStartsWith(verdict.detail, not_rtl[name])
+                    self.assertEqual((verdict.upstream_class, verdict.tb_samples),
+                                     (judge.NOT_JUDGED, None))  # never compiled
+                else:
+                    self.assertEqual(verdict.reason, compiled[name], repr(verdict))
+        self.assertIn("already been declared", verdicts["defines_the_reference"].detail)
+        self.assertIn("RefModule", verdicts["instantiates_reference"].detail)
+        self._assert_contained(escape, testbench)
+
+    def test_without_the_rtl_check_the_sandbox_and_the_isolation_still_hold(self):
+        """The RTL check switched off: each sample gets as far as it can, and the
+        layers below still fail it (defence in depth)."""
+        escape = os.path.join(self.create_tempdir().full_path, "escaped.txt")
+        with open(self.zero.test_path, "rb") as f:
+            testbench = hashlib.sha256(f.read()).hexdigest()
         want = {
             "infinite_loop": "timeout", "endless_print": judge.LOG_LIMIT,
             "writes_outside": judge.MISMATCH, "fake_report_and_finish": judge.NO_SAMPLES,
             "final_report_and_finish": judge.NO_REPORT, "final_report_and_fatal": judge.NO_REPORT,
             "final_report_on_stderr": judge.NO_REPORT, "final_report_in_pieces": judge.NO_REPORT,
             "reads_for_the_stamp": judge.NO_REPORT,
+            # No /proc in the simulation's sandbox: nothing to read, no forged stamp.
+            "reads_the_secret_from_proc": judge.MISMATCH,
             "early_finish": judge.EARLY_FINISH, "syntax_error": "syntax_error",
             "resets_tb_errors": judge.OUTSIDE_REFERENCE,
             "copies_reference": judge.OUTSIDE_REFERENCE,
@@ -345,52 +459,132 @@ class JudgeTest(absltest.TestCase):
             "reads_root": "syntax_error",  # Icarus 11 parses no `$root.`
             "copies_reference_upward": judge.OUTSIDE_REFERENCE,
             "copies_reference_upward_from_below": judge.OUTSIDE_REFERENCE,
+            # The lexer's own reading decides the isolation: the name is seen.
+            "hides_a_name_between_strings": judge.OUTSIDE_REFERENCE,
             "defines_the_reference": "error", "defines_the_testbench": "error",
             "calls_a_testbench_task": judge.OUTSIDE_REFERENCE,
             "wrong_module_name": "unknown_module",
         }
-        names = list(hostile)
-        rows = [completions.Completion(self.zero.id, i, f"[BEGIN]\n{hostile[name]}\n[DONE]")
-                for i, name in enumerate(names)]
-        rows.append(completions.Completion(self.zero.id, len(rows),
-                                           testing.reference_completion(self.zero)))
-        results = scoring.judge_completions(self.judge, {self.zero.id: self.zero}, rows,
-                                            workers=2, expected=self.expected)
-        for name, result in zip(names, results):
+        with mock.patch.object(rtl, "problems", return_value=[]):
+            verdicts = self._judge_all(self._hostile(escape))
+        for name, verdict in verdicts.items():
             with self.subTest(name=name):
-                self.assertFalse(result.verdict.passed, result)
-                self.assertEqual(result.verdict.reason, want[name], repr(result))
-        # The run went on: the honest sample after them passes.
-        self.assertTrue(results[-1].verdict.passed, results[-1])
-        # Faking the report fools upstream's rule alone, not ours.
+                self.assertFalse(verdict.passed, verdict)
+                self.assertEqual(verdict.reason, want[name], repr(verdict))
+        # Faking the report or reaching outside fools upstream's rule alone.
         for name in ("fake_report_and_finish", "early_finish", "final_report_and_finish",
                      "final_report_and_fatal", "final_report_on_stderr",
-                     "final_report_in_pieces"):
-            self.assertTrue(results[names.index(name)].verdict.upstream_pass, name)
-        # So does reaching into the testbench or the reference.
-        for name in ("resets_tb_errors", "copies_reference", "instantiates_reference",
-                     "copies_reference_upward", "copies_reference_upward_from_below"):
-            self.assertTrue(results[names.index(name)].verdict.upstream_pass, name)
-        self.assertIn("tb.stats1.errors",
-                      results[names.index("resets_tb_errors")].verdict.detail)
-        self.assertIn("good1.zero",
-                      results[names.index("copies_reference_upward")].verdict.detail)
-        self.assertIn("already been declared",
-                      results[names.index("defines_the_reference")].verdict.detail)
-        # Nothing escaped: no file outside, the data set's testbench untouched.
-        self.assertFalse(os.path.exists(escape))
-        with open(self.zero.test_path, "rb") as f:
-            self.assertEqual(hashlib.sha256(f.read()).hexdigest(), testbench)
+                     "final_report_in_pieces", "resets_tb_errors", "copies_reference",
+                     "instantiates_reference", "copies_reference_upward",
+                     "copies_reference_upward_from_below", "hides_a_name_between_strings"):
+            self.assertTrue(verdicts[name].upstream_pass, name)
+        self.assertIn("tb.stats1.errors", verdicts["resets_tb_errors"].detail)
+        self.assertIn("good1.zero", verdicts["hides_a_name_between_strings"].detail)
+        self._assert_contained(escape, testbench)
 
-    def test_designs_with_their_own_hierarchy_pass(self):
+    def test_a_parameter_of_the_reference_set_from_the_sample_is_outside(self):
+        # Weakness 2 (isolation trusted the compiler's exit code): a defparam into
+        # the reference's instance, elaborated alone, is only a warning ("Scope of
+        # good1.V not found") and exit 0. In the testbench it makes the reference
+        # output the sample's wrong answer. Passed the old judge.
+        problem = self._variant(
+            "Prob001_zero", lambda text: text,
+            lambda ref: "module RefModule #(parameter V = 1'b0) (output zero);\n"
+                        "  assign zero = V;\nendmodule\n")
+        sample = _zero("assign zero = 1'b1;\ndefparam good1.V = 1'b1;")
+        verdict = self.judge.judge(problem, sample)
+        self.assertEqual((verdict.passed, verdict.reason), (False, judge.NOT_RTL), verdict)
+        self.assertEqual(verdict.detail, "defparam (line 3)")
+        with mock.patch.object(rtl, "problems", return_value=[]):
+            verdict = self.judge.judge(problem, sample)
+        self.assertEqual((verdict.passed, verdict.reason, verdict.upstream_pass),
+                         (False, judge.OUTSIDE_REFERENCE, True), verdict)
+        self.assertIn("Scope of good1.V not found", verdict.detail)
+
+    def test_a_design_that_memorized_the_stimulus_fails_the_second_one(self):
+        # Weakness 4 (the stimulus is shared and fixed): a design that ignores its
+        # input and replays the reference's outputs for the testbench's one random
+        # stream passes a single run. Passed the old judge.
+        draws = 20
+        program = os.path.join(self.create_tempdir().full_path, "draws")
+        source = program + ".sv"
+        with open(source, "w") as f:
+            f.write("module m; integer i, d;\ninitial for (i = 0; i < %d; i = i + 1) "
+                    "begin d = $random; $display(\"%%0d\", d & 1); end\nendmodule\n" % draws)
+        subprocess.run([self.judge.iverilog, "-o", program, source], check=True, timeout=60)
+        bits = subprocess.run([self.judge.vvp, "-n", program], check=True, timeout=60,
+                              capture_output=True, text=True).stdout.split()[:draws]
+        problem = _custom_problem(self.create_tempdir().full_path, "Prob900_memorized",
+                                  _COPY_TESTBENCH % (draws - 1), _COPY_REFERENCE)
+        trace = "".join(reversed(bits))
+        memorized = ("module TopModule(input clk, input d, output q);\n"
+                     "  reg [4:0] n = 0;\n  always @(posedge clk) n <= n + 1;\n"
+                     f"  wire [{draws - 1}:0] trace = {draws}'b{trace};\n"
+                     "  assign q = trace[n];\nendmodule\n")
+        reference = self.judge.judge_reference(problem)
+        self.assertTrue(reference.passed, reference)
+        self.assertEqual((reference.tb_samples, reference.second_tb_samples), (draws, draws))
+        verdict = self.judge.judge(problem, memorized, (draws, draws))
+        self.assertEqual((verdict.passed, verdict.reason, verdict.upstream_pass),
+                         (False, judge.SECOND_STIMULUS, True), verdict)
+        self.assertEqual(verdict.mismatches, 0)  # the first stimulus: a perfect replay
+        self.assertRegex(verdict.detail, r"under a second stimulus \(seeds \d+, \d+\): "
+                                         r"[1-9]\d* mismatches in 20 samples")
+        # The seeds are the problem's and the run's: drawn for each judge unless
+        # given, so no sample can have memorized the second stimulus either.
+        self.assertNotEqual(judge.Judge(self.judge.box).stimulus_seed,
+                            judge.Judge(self.judge.box).stimulus_seed)
+        pinned = judge.Judge(self.judge.box, stimulus_seed=7)
+        self.assertEqual(pinned.stimulus_seeds(problem),
+                         judge.Judge(self.judge.box, stimulus_seed=7).stimulus_seeds(problem))
+        self.assertNotEqual(pinned.stimulus_seeds(problem),
+                            judge.Judge(self.judge.box, stimulus_seed=8).stimulus_seeds(problem))
+        # Drawing from the stream itself is not RTL.
+        steering = memorized.replace("assign q = trace[n];", "always @(posedge clk) n <= $random;")
+        self.assertEqual(self.judge.judge(problem, steering).detail, "$random (line 5)")
+
+    def test_the_stamp_is_in_no_file_and_no_readable_argument(self):
+        # The stamp reaches vvp as a plusarg only; the sandbox has no /proc to read
+        # any argument from (its /proc holds iverilog's one link), and no input
+        # file holds it.
+        calls = []
+        original = self.judge.box.run_script
+
+        def record(script, run_dir, inputs=(), *args, **options):
+            calls.append((options, {name: open(os.path.join(run_dir, name)).read()
+                                    for name in inputs}))
+            return original(script, run_dir, inputs, *args, **options)
+
+        with mock.patch.object(self.judge.box, "run_script", side_effect=record):
+            self.assertTrue(self.judge.judge_reference(self.counter).passed)
+        ((options, files),) = calls
+        self.assertEqual(options["exe_link"], judge.binary_behind(self.judge.iverilog))
+        self.assertTrue(options["empty_dir"])
+        args = options["args"]
+        secret, module = args[6], args[3]
+        self.assertRegex(secret, r"^[0-9a-f]{32}$")
+        self.assertNotIn(secret, "".join(files.values()) + args[2])  # the verdict source
+        # The testbench's draws go through the verdict module's seeded functions.
+        self.assertIn(f"{module}.random()", files[judge.TEST])
+        self.assertNotRegex(files[judge.TEST], r"\$random(?!\s*\()")
+        with open(self.counter.test_path) as f:
+            self.assertIn("$random", f.read())
+
+    def test_designs_naming_their_own_hierarchy_are_refused(self):
+        # Lexically a member select of one's own instance is a hierarchical name
+        # like tb.stats1: RTL here names neither (no reference does).
         own = ("module Const0(output o);\n  assign o = 1'b0;\nendmodule\n\n" + _zero(
             "wire w;\nConst0 u(.o(w));\n"
-            "function automatic pass_through(input a);\n  pass_through = a;\nendfunction\n"
             "genvar i;\ngenerate\n  for (i = 0; i < 2; i = i + 1) begin : g\n"
             "    wire x = u.o;\n  end\nendgenerate\n"
-            "assign zero = pass_through(g[1].x);"))
-        verdict = self.judge.judge(self.zero, own, self.expected[self.zero.id])
-        self.assertTrue(verdict.passed, verdict)
+            "assign zero = g[1].x;"))
+        verdict = self._judge(self.zero, own)
+        self.assertEqual((verdict.passed, verdict.reason), (False, judge.NOT_RTL), verdict)
+        self.assertEqual(verdict.detail, "a hierarchical name or member select u.o (line 11)")
+        plain = ("module Const0(output o);\n  assign o = 1'b0;\nendmodule\n\n" + _zero(
+            "function automatic pass_through(input a);\n  pass_through = a;\nendfunction\n"
+            "wire w;\nConst0 u(.o(w));\nassign zero = pass_through(w);"))
+        self.assertTrue(self._judge(self.zero, plain).passed)
 
     def test_no_run_directory_is_left_behind(self):
         scratch = self.create_tempdir().full_path
@@ -406,8 +600,8 @@ class JudgeTest(absltest.TestCase):
                 del directories
 
             def run_script(self, script, run_dir, inputs=(), null_files=(), stdout_name="",
-                           phase_timeouts=(), args=()):
-                del script, inputs, null_files, phase_timeouts, args
+                           phase_timeouts=(), args=(), **options):
+                del script, inputs, null_files, phase_timeouts, args, options
                 open(os.path.join(run_dir, stdout_name), "w").close()
                 return sandbox.Run(1, False, 0.01, "bwrap: Creating new namespace failed: "
                                    "Operation not permitted\n")
@@ -421,8 +615,9 @@ class JudgeTest(absltest.TestCase):
             scoring.judge_completions(broken, {self.zero.id: self.zero}, rows, workers=2,
                                       dedup=False)
 
-    def _variant(self, problem_id, edit_testbench):
-        """A private copy of `problem_id` whose testbench is `edit_testbench(text)`."""
+    def _variant(self, problem_id, edit_testbench, edit_reference=None):
+        """A private copy of `problem_id` whose testbench is `edit_testbench(text)`
+        (and reference `edit_reference(text)`)."""
         directory = self.create_tempdir().full_path
         for suffix in ("_prompt.txt", "_ref.sv", "_test.sv"):
             shutil.copyfile(os.path.join(self.dataset, problem_id + suffix),
@@ -432,6 +627,12 @@ class JudgeTest(absltest.TestCase):
             text = f.read()
         with open(test, "w") as f:
             f.write(edit_testbench(text))
+        if edit_reference:
+            ref = os.path.join(directory, problem_id + "_ref.sv")
+            with open(ref) as f:
+                text = f.read()
+            with open(ref, "w") as f:
+                f.write(edit_reference(text))
         with open(os.path.join(directory, "problems.txt"), "w") as f:
             f.write(problem_id + "\n")
         [problem] = problems.load(directory)
@@ -443,7 +644,7 @@ class JudgeTest(absltest.TestCase):
         # pre-check looks for, so every sample of this problem is isolated.
         problem = self._variant("Prob001_zero", lambda text: "logic unit_zero = 1'b0;\n" + text)
         borrowed = _zero("assign zero = unit_zero;")
-        self.assertFalse(judge.may_reach_outside(borrowed))
+        self.assertFalse(rtl.reaches_outside(borrowed))
         verdict = self.judge.judge(problem, borrowed, self.expected[self.zero.id])
         self.assertEqual((verdict.passed, verdict.reason, verdict.upstream_pass),
                          (False, judge.OUTSIDE_REFERENCE, True), verdict)

@@ -43,17 +43,26 @@ class ReferencesTest(absltest.TestCase):
         self.assertLen(passed, 151)
         self.assertEqual(passed, {p.id for p in all_problems} - set(FAILING_ON_IVERILOG_11))
         self.assertEqual({r.problem for r in results if r.verdict.upstream_pass}, passed)
+        # Where the testbench draws its stimulus at random, each passed again under
+        # a second stimulus, run to its own end or to the cap (eval/judge.py).
+        second = [r for r in results if r.verdict.second_tb_samples is not None]
+        self.assertGreater(len(second), 100)
+        cap = judge.second_stimulus_samples
+        for r in second:
+            self.assertEqual(r.verdict.second_tb_samples, min(r.verdict.tb_samples, cap),
+                             r.problem)
+        self.assertTrue(any(r.verdict.tb_samples > cap for r in second))
         summary = scoring.summarize(results, references)
         self.assertEqual(summary["reference_failures"], sorted(FAILING_ON_IVERILOG_11))
         self.assertAlmostEqual(summary["pass_at_k"]["1"], 151 / 156)
         self.assertEqual(summary["pass_at_k_without_reference_failures"], {"1": 1.0})
 
     def test_every_reference_elaborates_in_the_isolation_harness(self):
-        # No reference needs the harness (none may reach outside by its text);
+        # No reference needs the harness (none may reach outside by its tokens);
         # run through it anyway, none may be refused.
         all_problems = problems.load(testing.dataset_dir())
         judge = judge_lib.Judge(sandbox.Sandbox(sandbox.BWRAP, sandbox.Limits()))
-        with mock.patch.object(judge_lib, "may_reach_outside", return_value=True) as isolate:
+        with mock.patch.object(judge_lib.rtl, "reaches_outside", return_value=True) as isolate:
             references = scoring.check_references(judge, all_problems,
                                                   scoring.default_workers())
         self.assertLen(isolate.call_args_list, len(all_problems))

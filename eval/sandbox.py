@@ -6,17 +6,18 @@ the run, its stdout (stderr comes back through a pipe). With `kind="bwrap"`
 namespaces are allowed) the command sees only:
 - `/usr` (and the `/bin`, `/lib*` links into it), read-only, plus any extra
   read-only directories asked for (an iverilog installed outside /usr);
-- `/dev` (null, zero, random, ...), a `/proc` of its own pid namespace (the
-  pinned iverilog finds its modules through /proc/self/exe), a private
-  size-capped `/tmp`;
+- `/dev` (null, zero, random, ...) and a private size-capped `/tmp`; no
+  `/proc`, so no process of the run and no command line can be read (where a
+  tool needs /proc/self/exe, as the pinned iverilog does, a /proc holding that
+  one link);
 - its working directory `/sandbox`: a private tmpfs capped at `dir_bytes`, in
-  which the input files are read-only bind mounts of the run_dir copies;
+  which the input files are read-only bind mounts of the run_dir copies, and
+  when asked an empty read-only folder for a step that should see no files;
 - new user, pid, network (loopback only, down), ipc and uts namespaces.
 So it cannot see the data set directory, the repository or any other run,
 cannot write anything that outlives it except its stdout file, and has no
-network. With `kind="none"` only the limits below apply and the
-command runs in run_dir itself (for machines without bubblewrap; not for
-untrusted models).
+network. With `kind="none"` only the limits below apply and the command runs
+in run_dir itself (for machines without bubblewrap; not for untrusted models).
 
 Limits for every process of the run (hard limits, so it cannot raise them):
 CPU seconds, address space, largest file written (which caps the logs: they
@@ -34,9 +35,9 @@ import dataclasses
 import math
 import os
 import select
-import shutil
 import signal
 import subprocess
+import tempfile
 import time
 
 from common import cli
@@ -46,6 +47,8 @@ BWRAP = "bwrap"
 NONE = "none"
 KINDS = (BWRAP, NONE)
 SANDBOX_DIR = "/sandbox"
+EMPTY_DIR = "/empty"
+EMPTY_DIR_ENV = "SANDBOX_EMPTY_DIR"
 _ROOT_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
 _PATH = "/usr/local/bin:/usr/bin:/bin"
 _STDERR_CAP = 64 << 10
@@ -178,12 +181,13 @@ class Sandbox:
         self.add_readonly_dirs(readonly_dirs)
         self._bwrap = None
         if kind == BWRAP:
-            # The pinned bubblewrap where this target carries it (third_party/pinned/).
-            self._bwrap = pinned.path("bwrap") or shutil.which("bwrap")
-            if not self._bwrap:
+            # The pinned bubblewrap (common/pinned.py); the machine's outside Bazel.
+            try:
+                self._bwrap = pinned.tool("bwrap")
+            except FileNotFoundError as e:
                 raise SandboxError(
-                    "bubblewrap (bwrap) is not installed: `apt-get install -y bubblewrap`, "
-                    "or run without isolation (sandbox kind 'none', trusted samples only)")
+                    f"{e}: `apt-get install -y bubblewrap`, or run without isolation "
+                    "(sandbox kind 'none', trusted samples only)") from None
             self._check_bwrap()
 
     def add_readonly_dirs(self, directories):
@@ -202,7 +206,7 @@ class Sandbox:
                 f"bubblewrap cannot create its namespaces here (exit {probe.returncode}): "
                 f"{probe.stderr.strip()}")
 
-    def _bwrap_argv(self, run_dir, inputs, null_files, argv):
+    def _bwrap_argv(self, run_dir, inputs, null_files, argv, exe_link=None, empty_dir=False):
         size = str(self.limits.dir_bytes)
         args = [self._bwrap, "--unshare-all", "--die-with-parent", "--new-session",
                 "--clearenv", "--setenv", "PATH", _PATH, "--setenv", "HOME", SANDBOX_DIR,
@@ -218,16 +222,25 @@ class Sandbox:
             args += ["--ro-bind", "/etc/ld.so.cache", "/etc/ld.so.cache"]
         for directory in self._readonly_dirs:
             args += ["--ro-bind", directory, directory]
-        args += ["--dev", "/dev", "--proc", "/proc", "--size", size, "--tmpfs", "/tmp",
+        args += ["--dev", "/dev", "--size", size, "--tmpfs", "/tmp",
                  "--size", size, "--tmpfs", SANDBOX_DIR]
+        if exe_link:  # a /proc of one link: no process or its arguments to read
+            args += ["--tmpfs", "/proc", "--dir", "/proc/self",
+                     "--symlink", exe_link, "/proc/self/exe", "--remount-ro", "/proc"]
         for name in inputs:
             args += ["--ro-bind", os.path.join(run_dir, name), os.path.join(SANDBOX_DIR, name)]
-        for name in null_files:
+        links = null_files
+        if empty_dir:
+            args += ["--setenv", EMPTY_DIR_ENV, EMPTY_DIR, "--size", "4096", "--tmpfs", EMPTY_DIR]
+            links = [os.path.join(EMPTY_DIR, name) for name in null_files]
+        for name in links:
             args += ["--symlink", "/dev/null", os.path.join(SANDBOX_DIR, name)]
+        if empty_dir:
+            args += ["--remount-ro", EMPTY_DIR]
         return args + ["--chdir", SANDBOX_DIR, "--", *argv]
 
     def run(self, argv, run_dir, inputs=(), null_files=(), stdout_name="stdout.txt",
-            phase_timeouts=()):
+            phase_timeouts=(), **options):
         """Runs `argv` on the files `inputs` (names in `run_dir`).
 
         The command's working directory holds `inputs` (read-only) and, for
@@ -236,36 +249,48 @@ class Sandbox:
         `limits.file_bytes`; its stderr comes back in Run.stderr (64 KiB at
         most). `phase_timeouts`: wall-clock limits of successive phases, each
         ended by a line the command writes to stderr; the whole run is also
-        limited to `limits.wall_s`.
+        limited to `limits.wall_s`. `options`: those of run_script.
         """
         return self.run_script('exec "$@"', run_dir, inputs, null_files, stdout_name,
-                               phase_timeouts, args=argv)
+                               phase_timeouts, args=argv, **options)
 
     def run_script(self, script, run_dir, inputs=(), null_files=(), stdout_name="stdout.txt",
-                   phase_timeouts=(), args=()):
-        """As `run`, for a /bin/sh script (with `args` as its $@)."""
+                   phase_timeouts=(), args=(), exe_link=None, empty_dir=False):
+        """As `run`, for a /bin/sh script (with `args` as its $@).
+
+        `exe_link`: an executable that reads /proc/self/exe to find its own files
+        (the pinned iverilog), given a /proc holding that one link and nothing
+        else. `empty_dir`: an empty read-only folder, its path in the script's
+        $SANDBOX_EMPTY_DIR, for a step that should see no files (the `null_files`
+        links go there instead of the working directory)."""
         for name in inputs:
             if os.path.basename(name) != name:
                 raise ValueError(f"input names are plain file names, got {name!r}")
         shell = ["/bin/sh", "-c", self._ulimits + script, "sandbox", *args]
         if self.kind == BWRAP:
-            command = self._bwrap_argv(run_dir, inputs, null_files, shell)
+            command = self._bwrap_argv(run_dir, inputs, null_files, shell, exe_link, empty_dir)
             env = {"PATH": _PATH, "LC_ALL": "C"}
         else:
             for name in inputs:
                 os.chmod(os.path.join(run_dir, name), 0o444)
-            for name in null_files:
-                os.symlink(os.devnull, os.path.join(run_dir, name))
-            command = shell
+            links_dir = run_dir
             env = {"PATH": _PATH, "LC_ALL": "C", "HOME": run_dir, "TMPDIR": run_dir}
+            if empty_dir:
+                links_dir = env[EMPTY_DIR_ENV] = tempfile.mkdtemp(prefix="empty_", dir=run_dir)
+            for name in null_files:
+                os.symlink(os.devnull, os.path.join(links_dir, name))
+            if empty_dir:
+                os.chmod(links_dir, 0o555)
+            command = shell
         start = time.monotonic()
         read_end, write_end = os.pipe()
         try:
             with open(os.path.join(run_dir, stdout_name), "wb") as out:
                 # No preexec_fn: the limits are set by the script's own ulimit
                 # lines, which keeps Popen on its fast vfork path.
-                proc = subprocess.Popen(command, cwd=run_dir, env=env, stdin=subprocess.DEVNULL,
-                                        stdout=out, stderr=write_end, start_new_session=True,
+                proc = subprocess.Popen(command, cwd=run_dir, env=env,
+                                        stdin=subprocess.DEVNULL, stdout=out,
+                                        stderr=write_end, start_new_session=True,
                                         close_fds=True)
             os.close(write_end)
             write_end = -1

@@ -11,11 +11,13 @@ on `workers` threads, each running its sandboxed processes.
 Outputs in the run directory:
 - `results.jsonl`: per sample `problem`, `sample`, `code_sha256`,
   `extraction`, `passed`, `reason`, `mismatches`, `tb_samples`,
-  `upstream_pass`, `upstream_class`, `detail`, `seconds`;
+  `upstream_pass`, `upstream_class`, `detail`, `seconds`, `second_tb_samples`;
 - `summary.json`: `pass_at_k` ({"1": ..., "5": ...}, k = 1, n and the k asked
   up to n), `problems` ({id: {"n", "passed"}}), `reference_failures` (ids),
   their reasons, pass@k without those problems and by upstream's rule alone,
-  counts of failure reasons and extraction methods, the iverilog version.
+  counts of verdict reasons (`reasons`), of what made samples not RTL
+  (`not_rtl`, e.g. {"$finish": 3}) and of extraction methods, the iverilog
+  version.
 """
 
 import collections
@@ -84,8 +86,10 @@ def check_references(judge, problems, workers):
 
 
 def expected_tb_samples(references):
-    """{problem id: testbench sample count} for problems whose reference passes."""
-    return {pid: v.tb_samples for pid, v in references.items() if v.passed}
+    """{problem id: (testbench sample count, the same under the second stimulus or
+    None)} for problems whose reference passes."""
+    return {pid: (v.tb_samples, v.second_tb_samples) for pid, v in references.items()
+            if v.passed}
 
 
 def reference_seconds(references):
@@ -163,6 +167,9 @@ def summarize(results, references, asked_ks=(), extra=None, bootstrap_seed=0):
         "num_problems": len(per_problem),
         "num_samples": len(results),
         "reasons": dict(collections.Counter(r.verdict.reason for r in results).most_common()),
+        "not_rtl": dict(collections.Counter(
+            r.verdict.detail.split(" (line")[0] for r in results
+            if r.verdict.reason == judge_lib.NOT_RTL).most_common()),
         "extraction": dict(collections.Counter(r.extraction for r in results).most_common()),
     }
     summary.update(extra or {})

@@ -139,7 +139,8 @@ class JudgeCompletionsTest(absltest.TestCase):
         self.assertLen(rows, 5)
         self.assertEqual(set(rows[0]), {
             "problem", "sample", "code_sha256", "extraction", "passed", "reason", "mismatches",
-            "tb_samples", "upstream_pass", "upstream_class", "detail", "seconds"})
+            "tb_samples", "upstream_pass", "upstream_class", "detail", "seconds",
+            "second_tb_samples"})
         with open(os.path.join(out, scoring.SUMMARY_FILE)) as f:
             self.assertEqual(json.load(f), json.loads(json.dumps(summary)))
         self.assertEqual(sorted(os.listdir(out)), [scoring.RESULTS_FILE, scoring.SUMMARY_FILE])

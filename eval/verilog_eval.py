@@ -197,6 +197,7 @@ def _run(config, out_dir, where):
                                 bootstrap_seed=config.bootstrap_seed, extra={
         "iverilog": judge_lib.iverilog_version(judge.iverilog),
         "sandbox": config.sandbox,
+        "stimulus_seed": judge.stimulus_seed,
         "protocol": config.protocol,
         "sampling": {field: config.get(field) for field in SAMPLING_FIELDS},
         "dataset_dir": config.dataset_dir,
@@ -215,6 +216,11 @@ def format_summary(summary):
         lines.append(f"references failing on this iverilog: "
                      f"{', '.join(summary['reference_failures'])}")
         lines.append(f"without those problems: {without}")
+    lines.append("verdicts: " + ", ".join(f"{reason} {n}"
+                                          for reason, n in summary["reasons"].items()))
+    if summary.get("not_rtl"):
+        lines.append("not RTL: " + ", ".join(f"{what} {n}"
+                                             for what, n in summary["not_rtl"].items()))
     return "\n".join(lines)
 
 

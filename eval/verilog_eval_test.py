@@ -42,6 +42,8 @@ class VerilogEvalTest(absltest.TestCase):
             {"problem": counter.id, "completion": "<think>easy</think>\n" +
                                                   testing.reference_completion(counter)},
             {"problem": counter.id, "completion": "[BEGIN]\nmodule TopModule(\n[DONE]"},
+            {"problem": counter.id, "completion": "```verilog\nmodule TopModule(output q);\n"
+                                                  "initial $finish;\nendmodule\n```"},
         ]
         samples = os.path.join(self.create_tempdir().full_path, "completions.jsonl")
         with open(samples, "w") as f:
@@ -49,19 +51,24 @@ class VerilogEvalTest(absltest.TestCase):
         out = self.create_tempdir().full_path
         result = _run(f"--samples={samples}", f"--out_dir={out}", "--workers=2")
         self.assertEqual(result.returncode, 0, result.stderr)
-        self.assertIn("pass@1 0.5000  pass@2 1.0000  (2 problems, 4 samples)", result.stdout)
+        self.assertIn("pass@1 0.4167  pass@2 0.8333  (2 problems, 5 samples)", result.stdout)
+        self.assertIn("verdicts: pass 2, mismatch 1, syntax_error 1, not_rtl 1",
+                      result.stdout)
+        self.assertIn("not RTL: $finish 1", result.stdout)
 
         summary = _load(out, "summary.json")
-        self.assertEqual(summary["pass_at_k"], {"1": 0.5, "2": 1.0})
         self.assertEqual(summary["problems"],
                          {zero.id: {"n": 2, "passed": 1, "pass_at_1": 0.5},
-                          counter.id: {"n": 2, "passed": 1, "pass_at_1": 0.5}})
+                          counter.id: {"n": 3, "passed": 1, "pass_at_1": 1 / 3}})
+        self.assertEqual(summary["not_rtl"], {"$finish": 1})
         self.assertEqual(summary["reference_failures"], [])
         self.assertIn("Icarus Verilog", summary["iverilog"])
         results = _load(out, "results.jsonl")
         self.assertEqual([(r["problem"], r["sample"], r["passed"], r["reason"]) for r in results],
                          [(zero.id, 0, True, "pass"), (zero.id, 1, False, "mismatch"),
-                          (counter.id, 0, True, "pass"), (counter.id, 1, False, "syntax_error")])
+                          (counter.id, 0, True, "pass"), (counter.id, 1, False, "syntax_error"),
+                          (counter.id, 2, False, "not_rtl")])
+        self.assertEqual(results[4]["detail"], "$finish (line 2)")
         self.assertEqual(len(results[0]["code_sha256"]), 64)
         config = _load(out, "config.json")
         self.assertEqual((config["samples"], config["workers"]), (samples, 2))

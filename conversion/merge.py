@@ -38,8 +38,8 @@ COMPUTE_THREADS = 8  # at most; each runs torch single-threaded
 READ_AHEAD = 1 << 26  # bytes of the base requested from the disk ahead of use
 _COPY_CHUNK = 1 << 24  # untouched bytes are copied (and handed to the disk) in these
 # `check`: the merged weights' largest error beyond their dtype's rounding, in units of
-# that dtype's resolution at the base weights' scale (rms). A wrong merge misses by the
-# adapter's change, a right one by float32's summation order alone.
+# that dtype's resolution at each weight (at least the weights' rms). A wrong merge
+# misses by the adapter's change, a right one by float32's summation order alone.
 MERGED_EXCESS = 0.1
 
 
@@ -299,8 +299,9 @@ def _ulp(values, dtype):
 
 def check(base_dir, peft_factors, alpha, merged_dir):
     """The merged export's weights against W + (alpha / r) B A recomputed here: (the
-    largest error beyond the stored dtype's rounding, in units of its resolution at the
-    weights' scale; rms of that rounding over rms of the adapter's change; tensors)."""
+    largest error beyond the stored dtype's and float32's rounding, in units of the
+    stored dtype's resolution at each weight (at least the weights' rms); rms of the
+    stored dtype's rounding over rms of the adapter's change; tensors)."""
     from safetensors import safe_open  # pylint: disable=import-outside-toplevel
     base, merged = (base_model.safetensors_files(d) for d in (base_dir, merged_dir))
     excess, rounding, change = 0.0, 0.0, 0.0
@@ -310,12 +311,21 @@ def check(base_dir, peft_factors, alpha, merged_dir):
             weight = f.get_tensor(name).astype(np.float32)
         with safe_open(merged[name], "np") as f:
             stored = f.get_tensor(name)
-        delta = np.float32(alpha / a.shape[0]) * (b.astype(np.float32) @ a.astype(np.float32))
+        rank, factor = a.shape[0], np.float32(alpha / a.shape[0])
+        a, b = a.astype(np.float32), b.astype(np.float32)
+        delta = factor * (b @ a)
         exact = weight + delta
         rounded = exact.astype(stored.dtype).astype(np.float32)
-        scale = _ulp(np.sqrt(np.mean(weight ** 2), dtype=np.float32), stored.dtype)
-        beyond = np.abs(stored.astype(np.float32) - exact) - _ulp(np.abs(exact), stored.dtype)
-        excess = max(excess, float(beyond.max()) / float(scale))
+        # Allowed: the stored dtype's rounding, and float32's own in W + delta and in
+        # the rank's sum (bounded by its terms' magnitudes: they may cancel).
+        allowed = (_ulp(np.abs(exact), stored.dtype) + _ulp(np.abs(exact), np.float32)
+                   + rank * _ulp(factor * (np.abs(b) @ np.abs(a)), np.float32))
+        beyond = np.abs(stored.astype(np.float32) - exact) - allowed
+        # In units of the stored dtype's resolution at each weight, floored at the
+        # weights' rms (near 0 a resolution is tiny).
+        rms = np.sqrt(np.mean(weight ** 2), dtype=np.float32)
+        scale = _ulp(np.maximum(np.abs(exact), rms), stored.dtype)
+        excess = max(excess, float((beyond / scale).max()))
         rounding += float(np.sum((rounded - exact) ** 2))
         change += float(np.sum(delta ** 2))
     return max(excess, 0.0), (rounding / change) ** 0.5 if change else 0.0, len(factors)

@@ -25,7 +25,7 @@ simulation with the testbench, so the testbench's `Mismatches:` line can be
 forged. Instead a module of the judge's own (VERDICT_MODULE, a random name),
 compiled beside the testbench, prints the testbench's counters
 (`tb.stats1.errors`, `tb.stats1.clocks`) from a `final` block, stamped with a
-secret drawn for this run that only the simulation is given (a plusarg). A
+secret drawn for this run and compiled into the program. A
 sample passes only if the compile and simulation hit none of upstream's
 failure classes and that stamped report exists, with 0 errors and N > 0
 samples, N equal to the reference run's N when that is known.
@@ -34,15 +34,19 @@ What a sample can do is what RTL does (eval/rtl.py refuses the rest before
 anything is compiled: `not_rtl`, the construct in the detail): no file, process
 or plusarg access, no random draws, no simulation control, no hierarchical
 names, no package or compilation-unit names, no `defparam` or `bind`, no
-conditional compilation. It runs in a sandbox that shows it nothing of the
-judge: no /proc (the pinned iverilog finds its files through /proc/self/exe:
-the sandbox's /proc holds that one link), so no process or command line of the
-run can be read; the compile's inputs are copies, and the verdict module's
-source (its name, no secret) is deleted after the compile; vvp runs in an
-empty read-only folder (the testbench's `wave.vcd` a link to /dev/null),
-reads the compiled program through a FIFO in a private /tmp from a file
-deleted first, and gets the secret as a plusarg: no file, argument, variable
-or descriptor the design can reach holds it.
+conditional compilation, no macros; and Icarus's own preprocessor must leave
+its text byte for byte as it is (`preprocess`), so that the text the compiler
+reads is the text eval/rtl.py read. It runs in a sandbox that shows it
+nothing of the judge: no /proc (the pinned iverilog finds its files through
+/proc/self/exe: the sandbox's /proc holds that one link), so no process or
+command line of the run can be read; the compile's inputs are copies, and the
+verdict module's source is deleted after the compile; vvp runs in an empty
+read-only folder (the testbench's `wave.vcd` a link to /dev/null), reads the
+compiled program, which holds the secret, through a FIFO in a private /tmp
+from a file deleted first, and writes its log under a folder of a random
+name: no file, argument, variable or descriptor the design can reach holds
+the secret. A simulator that crashes or exits with an error fails the sample
+(`simulator_error`).
 What a design can still do, and what it gets:
   * print a report of its own (`$display`, `$write`): the stamped line alone
     counts, so a fake one changes nothing;
@@ -53,7 +57,8 @@ What a design can still do, and what it gets:
     the testbench is drawn through the verdict module (`reseeded`) from seeds
     that are 0 in the first simulation, which gives upstream's stimulus bit for
     bit, and in a second simulation of a sample that passed are drawn from the
-    problem and `stimulus_seed` (itself drawn for each run unless given). The
+    problem and `stimulus_seed` (itself drawn for each run unless given); it
+    runs SECOND_STIMULUS_SAMPLES samples past the testbench's first draw. The
     sample must pass again, with the reference's N under the same seeds
     (`second_stimulus`), in the same sandbox run: no design can have
     memorized a stimulus drawn after it was written.
@@ -94,6 +99,7 @@ and the reference declare nothing outside their modules.
 """
 
 import dataclasses
+import glob
 import hashlib
 import os
 import re
@@ -111,7 +117,7 @@ from eval import rtl
 from eval import sandbox as sandbox_lib
 
 # The script's phases, each ending with a status line on its stderr.
-PHASES = ("isolate", "compile", "simulate", "second")
+PHASES = ("preprocess", "isolate", "compile", "simulate", "second")
 COMPILE_FLAGS = ("-Wall", "-Winfloop", "-Wno-timescale", "-g2012", "-s", "tb")
 SAMPLE, TEST, REF = "sample.sv", "test.sv", "ref.sv"
 SIMULATION = "test.vvp"
@@ -143,6 +149,8 @@ UPSTREAM_REASONS = {
 PASS = "pass"
 NOT_RTL = "not_rtl"
 NOT_JUDGED = "-"  # the upstream class of a sample refused before any compile
+PREPROCESSED = "Icarus's preprocessor rewrites the text (eval/rtl.py read another)"
+SIMULATOR_ERROR = "simulator_error"
 # Reasons beyond upstream's classes.
 NO_CODE = "no_code"
 COMPILE_TIMEOUT = "compile_timeout"
@@ -171,11 +179,11 @@ _UNRESOLVED_WARNING = re.compile(r"warning.*(?:scope|bind|find|resolv|unknown|no
 # and Icarus's unseeded draws are those of a seed starting at 0, so the first
 # run's stimulus is upstream's, bit for bit.
 RESEEDED = ("$random", "$urandom")
-# The second simulation ends after this many of the testbench's samples (0: at
-# the testbench's own end). A design that replays the first stimulus's outputs
-# fails within its first few samples under another; the cap keeps the long
-# testbenches (conwaylife's 5,023 samples, countbcd's 39,805) from doubling the
-# judging time.
+# The second simulation ends this many of the testbench's samples after its first
+# random draw (0: at the testbench's own end). A design that replays the first
+# stimulus's outputs fails within the first few samples drawn otherwise; the cap
+# keeps the long testbenches (conwaylife's 5,023 samples, countbcd's 39,805)
+# from doubling the judging time.
 SECOND_STIMULUS_SAMPLES = 500
 _ARGUMENTS = re.compile(r"\s*\(")
 
@@ -184,18 +192,16 @@ _ARGUMENTS = re.compile(r"\s*\(")
 # tb.stats1 (errors, clocks) and prints them as its `Mismatches:` line.
 VERDICT_SOURCE = "verdict.sv"
 VERDICT_MODULE = """module {name};
-  integer random_seed = 0;
+  integer random_seed = 0, samples = 0, first_draw = -1;
   reg [31:0] urandom_seed = 0;
   reg seeded = 0;
-  reg [8*64-1:0] stamp;
-  integer cap = 0;
-  initial if ($value$plusargs("{name}_clocks=%d", cap)) ;
-  always @(tb.stats1) if (cap > 0 && tb.stats1.clocks >= cap) $finish;
   task seed;
     if (!seeded) begin
       seeded = 1;
+      first_draw = tb.stats1.clocks;
       if ($value$plusargs("{name}_random=%d", random_seed)) ;
       if ($value$plusargs("{name}_urandom=%d", urandom_seed)) ;
+      if ($value$plusargs("{name}_samples=%d", samples)) ;
     end
   endtask
   function integer random();
@@ -206,8 +212,9 @@ VERDICT_MODULE = """module {name};
     seed;
     urandom = $urandom(urandom_seed);
   endfunction
-  final if ($value$plusargs("{name}=%s", stamp))
-    $display("%0s %0d %0d", stamp, tb.stats1.errors, tb.stats1.clocks);
+  always @(tb.stats1)
+    if (samples > 0 && first_draw >= 0 && tb.stats1.clocks >= first_draw + samples) $finish;
+  final $display("{secret} %0d %0d", tb.stats1.errors, tb.stats1.clocks);
 endmodule
 """
 # The only top of the isolated elaboration: the design under the testbench's
@@ -250,7 +257,7 @@ class Verdict:
     tb_samples: int | None = None
     detail: str = ""
     seconds: float = 0.0
-    second_tb_samples: int | None = None  # N under the shifted stimulus, where run
+    second_tb_samples: int | None = None  # N under the second stimulus, where run
 
     def to_json(self):
         return dataclasses.asdict(self)
@@ -405,11 +412,11 @@ def outside_references(isolated_log, codes):
     isolated elaboration warned about a name or scope it could not resolve
     (module docstring); the names the harness could not bind are the detail,
     or its first such line when iverilog named none."""
-    if codes.get(PHASES[1]) != 0:
+    if codes.get("compile") != 0:
         return []
     warned = [line.strip()[:300] for line in isolated_log.splitlines()
               if _UNRESOLVED_WARNING.search(line)]
-    if codes.get(PHASES[0], 0) == 0 and not warned:
+    if codes.get("isolate", 0) == 0 and not warned:
         return []
     names = set(_UNBOUND_NAME.findall(isolated_log)) | set(_UNKNOWN_MODULE.findall(isolated_log))
     return sorted(names) or warned[:1] or [_first_line_with(isolated_log, ("error", "Error"))]
@@ -431,12 +438,13 @@ def verdict_from(log, status_text, run, log_limit_hit, expected_samples=None, se
         return Verdict(False, reason, upstream_pass, analysis.upstream_class,
                        mismatches, samples, detail, seconds)
 
-    codes = [status.get(phase) for phase in PHASES[:3]]  # the second run: _second_stimulus
+    codes = [status.get(phase) for phase in PHASES[:4]]  # the second run: _second_stimulus
+    timed_out = PHASES[run.timed_out_phase] if run.timed_out_phase is not None else None
     if run.wall_timeout:
         return fail(WALL_TIMEOUT)
-    if run.timed_out_phase is not None and run.timed_out_phase < 2:
+    if timed_out in PHASES[:3]:
         return fail(COMPILE_TIMEOUT)
-    if run.timed_out_phase == 2:
+    if timed_out == "simulate":
         return fail(UPSTREAM_REASONS["T"])
     if log_limit_hit or _SIGXFSZ_EXIT in codes:
         return fail(LOG_LIMIT)
@@ -448,6 +456,9 @@ def verdict_from(log, status_text, run, log_limit_hit, expected_samples=None, se
                        "reaches outside the sample: " + ", ".join(outside), seconds)
     if analysis.upstream_class in UPSTREAM_REASONS:
         return fail(UPSTREAM_REASONS[analysis.upstream_class])
+    if status.get("simulate", 0) != 0:  # the simulator crashed or was killed
+        return Verdict(False, SIMULATOR_ERROR, upstream_pass, analysis.upstream_class,
+                       mismatches, samples, f"vvp exited with {status['simulate']}", seconds)
     if report is None:
         return fail(NO_REPORT)
     if mismatches:
@@ -460,37 +471,43 @@ def verdict_from(log, status_text, run, log_limit_hit, expected_samples=None, se
                    "", seconds)
 
 
-def script(iverilog, vvp):
-    """The shell script run in the sandbox: the sample alone, compile, simulate,
-    and simulate again under the second stimulus.
+def script(iverilog, vvp, ivlpp):
+    """The shell script run in the sandbox: the preprocessor's check, the sample
+    alone, compile, simulate, and simulate again under the second stimulus.
 
     Arguments: $1 a random marker, $2 whether to elaborate the sample alone,
     $3 the verdict module's source, $4 its name, $5 the isolation harness's
     source, $6 its name, $7 the stamp (the secret), $8 whether to simulate a
     pass again, $9 a second marker, $10 and $11 the second stimulus's seeds,
-    $12 how many of its samples it runs at most.
-    Tool output goes to stdout: the isolated elaboration's (when $2 is 1), the
-    marker line (no sample can print it in advance), upstream's log with the
-    stamped report, and after the second marker the second simulation's log,
-    run only when the first printed a stamped report of 0 errors over N > 0
-    samples. The verdict module is compiled as a second top (`-s`) and its
-    source deleted. vvp reads the program through a FIFO in the private /tmp
-    from a file deleted first, and runs in an empty read-only folder; the stamp
-    is a plusarg of vvp (module docstring). The script's own stderr gets one
-    line per finished phase (PHASES), with its exit code: the sandbox starts
-    each phase's wall-clock limit at the previous line, and no tool writes
-    there (their stderr goes to stdout).
+    $12 how many of its samples from its first draw it runs at most (0: all),
+    $13 a random folder name for the logs.
+    First Icarus's preprocessor must leave the sample as it is: the text it
+    compiles is then the text eval/rtl.py read. Tool output goes to stdout:
+    the isolated elaboration's (when $2 is 1), the marker line (no sample can
+    print it in advance), upstream's log with the stamped report, and after the
+    second marker the second simulation's log, run only when the first printed
+    a stamped report of 0 errors over N > 0 samples. The verdict module is
+    compiled as a second top (`-s`) and its source deleted. vvp reads the
+    program through a FIFO in the private /tmp from a file deleted first, runs
+    in an empty read-only folder, and writes its log under a folder of a random
+    name (module docstring). The script's own stderr gets one line per
+    finished phase (PHASES), with its exit code: the sandbox starts each
+    phase's wall-clock limit at the previous line, and nothing else writes
+    there (the tools' stderr goes to stdout, a shell's report of a crashed
+    simulator to /dev/null).
     """
     q = shlex.quote
     compile_cmd = " ".join([q(iverilog), *COMPILE_FLAGS, '-s "$4"', "-o", SIMULATION, SAMPLE,
                             TEST, REF, VERDICT_SOURCE])
-    # In a subshell: dash reports a child killed for its file size on the child's
-    # own stderr, here the capped log, and would be killed for it in turn.
-    # `-none`: the testbench's waveform dump writes nothing (it went to
-    # /dev/null anyway), at a cost.
+    # In a subshell whose stderr is /dev/null: dash reports a child killed by a
+    # signal on stderr (a full log kills the reporting shell in turn). `-none`:
+    # the testbench's waveform dump writes nothing (it went to /dev/null anyway).
     simulate = (f'cat <&$fd > "$fifo" & feeder=$!; ({q(vvp)} -n "$fifo" -none "$@" 3<&- 4<&- '
-                f'> "$TMPDIR/log" 2>&1); rc=$?; kill "$feeder" 2>/dev/null')
+                f'> "$log" 2>&1) 2>/dev/null; rc=$?; kill "$feeder" 2>/dev/null')
     return "\n".join([
+        f'{q(ivlpp)} {SAMPLE} > "$TMPDIR/preprocessed" 2>/dev/null && '
+        f'cmp -s {SAMPLE} "$TMPDIR/preprocessed"',
+        'rc=$?; echo "preprocess $rc" >&2; [ $rc -eq 0 ] || exit 0',
         "rc=0",
         f'if [ "$2" = 1 ]; then printf \'%s\' "$5" > {HARNESS_SOURCE}',
         f'  {q(iverilog)} -g2012 -s "$6" -o /dev/null {SAMPLE} {HARNESS_SOURCE} 2>&1',
@@ -504,23 +521,34 @@ def script(iverilog, vvp):
         f"rm -f {VERDICT_SOURCE}",
         'echo "compile $rc" >&2',
         "[ $rc -eq 0 ] || exit 0",
-        'stamp="+$4=$7" random="+$4_random=${10}" urandom="+$4_urandom=${11}"',
-        'clocks="+$4_clocks=${12}"',
-        'pass="$7 0 " again="$8" marker="$9" fifo="$TMPDIR/program"',
-        f"exec 3< {SIMULATION} 4< {SIMULATION} && rm -f {SIMULATION} && mkfifo \"$fifo\" "
-        "|| exit 1",
+        'random="+$4_random=${10}" urandom="+$4_urandom=${11}" samples="+$4_samples=${12}"',
+        'pass="$7 0 " again="$8" marker="$9" fifo="$TMPDIR/program" log="$TMPDIR/${13}/log"',
+        f'exec 3< {SIMULATION} 4< {SIMULATION} && rm -f {SIMULATION} && mkfifo "$fifo" && '
+        'mkdir "$TMPDIR/${13}" || exit 1',
         'cd "$SANDBOX_EMPTY_DIR" || exit 1',
-        'set -- "$stamp"; fd=3',
+        "set --; fd=3",
         simulate,
-        'cat "$TMPDIR/log"',
+        'cat "$log"',
         'echo "simulate $rc" >&2',
-        '[ "$again" = 1 ] && grep -q "^$pass[1-9]" "$TMPDIR/log" || exit 0',
+        '[ "$again" = 1 ] && grep -q "^$pass[1-9]" "$log" || exit 0',
         'echo "$marker"',
-        'set -- "$stamp" "$random" "$urandom" "$clocks"; fd=4',
+        'set -- "$random" "$urandom" "$samples"; fd=4',
         simulate,
-        'cat "$TMPDIR/log"',
+        'cat "$log"',
         'echo "second $rc" >&2',
     ])
+
+
+def ivlpp_behind(binary):
+    """Icarus Verilog's preprocessor beside the iverilog `binary`
+    (PREFIX/bin/iverilog: PREFIX/lib/.../ivl/ivlpp, as Debian and a source build
+    install it)."""
+    prefix = os.path.dirname(os.path.dirname(binary))
+    found = sorted(glob.glob(os.path.join(prefix, "lib", "*", "ivl", "ivlpp")) +
+                   glob.glob(os.path.join(prefix, "lib", "ivl", "ivlpp")))
+    if not found:
+        raise FileNotFoundError(f"no ivlpp (Icarus Verilog's preprocessor) under {prefix}/lib")
+    return found[0]
 
 
 def find_tool(name):
@@ -589,10 +617,10 @@ class Judge:
         # Drawn for this judge unless given: no sample can know the second stimulus.
         self.stimulus_seed = (secrets.randbits(31) if stimulus_seed is None or stimulus_seed < 0
                               else stimulus_seed)
-        self._script = script(self.iverilog, self.vvp)
         self._iverilog_binary = binary_behind(self.iverilog)
-        self._phase_timeouts = (compile_timeout_s, compile_timeout_s, sim_timeout_s,
-                                sim_timeout_s)
+        self._script = script(self.iverilog, self.vvp, ivlpp_behind(self._iverilog_binary))
+        self._phase_timeouts = (compile_timeout_s, compile_timeout_s, compile_timeout_s,
+                                sim_timeout_s, sim_timeout_s)
         self._testbenches = {}  # test_path -> _Testbench
 
     def _testbench(self, problem):
@@ -654,10 +682,11 @@ class Judge:
             run = self.box.run_script(
                 self._script, run_dir, inputs=(SAMPLE, TEST, REF), null_files=(WAVE,),
                 stdout_name=LOG, phase_timeouts=self._phase_timeouts,
-                args=(markers[0], "1" if isolate else "0", VERDICT_MODULE.format(name=module),
-                      module, bench.harness.format(name=harness), harness, secret,
+                args=(markers[0], "1" if isolate else "0",
+                      VERDICT_MODULE.format(name=module, secret=secret), module,
+                      bench.harness.format(name=harness), harness, secret,
                       "1" if bench.random_draws else "0", markers[1], *map(str, seeds),
-                      str(self.second_stimulus_samples)),
+                      str(self.second_stimulus_samples), uuid.uuid4().hex),
                 exe_link=self._iverilog_binary, empty_dir=True)
             limit = self.box.limits.file_bytes
             with open(os.path.join(run_dir, LOG), "rb") as f:
@@ -667,6 +696,9 @@ class Judge:
             log, report = stamped_report(log, secret)
             status = run.stderr
             codes = _status(status)
+            if codes.get("preprocess", 0) != 0 and run.timed_out_phase is None:
+                return Verdict(False, NOT_RTL, False, NOT_JUDGED, detail=PREPROCESSED,
+                               seconds=time.monotonic() - start)
             if run.timed_out_phase is not None and run.timed_out_phase < len(PHASES) - 1:
                 log += "\nTIMEOUT\n"  # as upstream appends on its wall-clock limit
             elif not run.wall_timeout and PHASES[0] not in codes:
@@ -708,8 +740,10 @@ def _second_stimulus(verdict, log, secret, seeds, expected, run, codes, limit_hi
     errors, samples = report if report is not None else (None, None)
     if run.wall_timeout or run.timed_out_phase is not None:
         why = "timed out"
-    elif limit_hit or codes.get(PHASES[3]) in (_SIGXFSZ_EXIT, _SIGXCPU_EXIT):
-        why = "reached a limit of the sandbox"
+    elif limit_hit:
+        why = "reached the log limit"
+    elif codes.get("second", 0) != 0:
+        why = f"the simulator exited with {codes.get('second')}"
     elif report is None:
         why = "printed no report"
     elif errors or not samples:

@@ -61,7 +61,8 @@ class AnalyzeLogTest(absltest.TestCase):
         self.assertEqual((got.upstream_class, got.mismatches, got.tb_samples, got.report_lines),
                          (".", 0, 20, 2))
 
-    def _verdict(self, log, status="isolate 0\ncompile 0\nsimulate 0\n", expected=None,
+    def _verdict(self, log, status="preprocess 0\nisolate 0\ncompile 0\nsimulate 0\n",
+                 expected=None,
                  timeout=False, limit=False, phase=None, outside=(), report=(0, 20)):
         run = sandbox.Run(0, timeout, 0.1, status, phase)
         return judge.verdict_from(log, status, run, limit, expected, outside=outside,
@@ -98,15 +99,21 @@ class AnalyzeLogTest(absltest.TestCase):
         log = _report(0, 20)
         self.assertEqual(self._verdict(log, timeout=True).reason, judge.WALL_TIMEOUT)
         self.assertEqual(self._verdict(log, limit=True).reason, judge.LOG_LIMIT)
+        compiled = "preprocess 0\nisolate 0\ncompile 0\n"
         self.assertEqual(self._verdict(log, "", phase=0).reason, judge.COMPILE_TIMEOUT)
-        self.assertEqual(self._verdict(log, "isolate 0\n", phase=1).reason,
+        self.assertEqual(self._verdict(log, "preprocess 0\n", phase=1).reason,
                          judge.COMPILE_TIMEOUT)
-        self.assertEqual(self._verdict(log, "isolate 0\ncompile 0\n", phase=2).reason,
-                         "timeout")
-        self.assertEqual(self._verdict(log, "isolate 0\ncompile 0\nsimulate 152\n").reason,
+        self.assertEqual(self._verdict(log, "preprocess 0\nisolate 0\n", phase=2).reason,
+                         judge.COMPILE_TIMEOUT)
+        self.assertEqual(self._verdict(log, compiled, phase=3).reason, "timeout")
+        self.assertEqual(self._verdict(log, compiled + "simulate 152\n").reason,
                          judge.CPU_LIMIT)
-        self.assertEqual(self._verdict(log, "isolate 0\ncompile 0\nsimulate 153\n").reason,
+        self.assertEqual(self._verdict(log, compiled + "simulate 153\n").reason,
                          judge.LOG_LIMIT)
+        # A simulator that crashed or was killed otherwise, whatever it printed.
+        crashed = self._verdict(log, compiled + "simulate 139\n")
+        self.assertEqual((crashed.reason, crashed.detail),
+                         (judge.SIMULATOR_ERROR, "vvp exited with 139"))
         reached = self._verdict(log, outside=["tb.stats1.errors"])
         self.assertEqual((reached.passed, reached.reason, reached.upstream_pass),
                          (False, judge.OUTSIDE_REFERENCE, True))
@@ -179,12 +186,16 @@ class AnalyzeLogTest(absltest.TestCase):
                     self.assertFalse(judge.declares_outside_modules(f.read()), name)
 
 
-# A testbench of our own for weakness 4: 1 + %d random draws, one per clock,
-# compared at each rising edge; the reference copies its input.
+# A testbench of our own for weakness 4: the first %d samples directed (d is 1 on
+# every third), then 1 + %d random draws, one per clock, compared at each rising
+# edge; the reference copies its input.
 _COPY_TESTBENCH = """`timescale 1 ps/1 ps
 module stimulus_gen(input clk, output reg d);
+  integer i;
   initial begin
-    d = $random;
+    d = 1;
+    for (i = 1; i < %d; i = i + 1) @(negedge clk) d = (i %% 3 == 0);
+    @(negedge clk) d = $random;
     repeat (%d) @(negedge clk) d = $random;
     @(negedge clk) $finish;
   end
@@ -343,6 +354,19 @@ class JudgeTest(absltest.TestCase):
                 "        found = 1;\n      end\n    end\n"
                 "    if (fd) $fclose(fd);\n  end\nend\n"
                 "final if (found) begin $display(\"%0s 0 20\", secret); $finish; end"),
+            # Second red team: the stamp read back from the plusargs (none holds it
+            # now), and a simulator that crashes after printing (no final block
+            # runs; a crash fails the sample).
+            "reads_plusargs_for_the_stamp": _zero(
+                "assign zero = 1'b1;\nreg [8*200-1:0] s;\n"
+                "final begin if ($value$plusargs(\"%s\", s)) $display(\"%0s 0 20\", s);\n"
+                "  $finish; end"),
+            "crashes_after_printing": _zero(
+                "assign zero = 1'b1;\ninteger x;\n"
+                "function automatic integer f(input integer k);\n"
+                "  f = k == 0 ? 0 : f(k - 1) + 1;\nendfunction\n"
+                "initial begin $display(\"Mismatches: 0 in 20 samples\"); "
+                "x = f(100000000); end"),
             "early_finish": "`timescale 1 ps/1 ps\n" + _zero(
                 "assign zero = 1'b0;\ninitial #52 $finish;"),
             "syntax_error": _zero("assign zero = ;"),
@@ -405,6 +429,7 @@ class JudgeTest(absltest.TestCase):
             "final_report_and_finish": "$finish", "final_report_and_fatal": "$fatal",
             "final_report_on_stderr": "$fdisplay", "final_report_in_pieces": "$finish",
             "reads_for_the_stamp": "$fopen", "reads_the_secret_from_proc": "$sformat",
+            "reads_plusargs_for_the_stamp": "$value$plusargs",
             "early_finish": "$finish",
             "resets_tb_errors": "a hierarchical name or member select tb.stats1",
             "copies_reference": "a hierarchical name or member select tb.good1",
@@ -416,6 +441,7 @@ class JudgeTest(absltest.TestCase):
         }
         compiled = {
             "infinite_loop": "timeout", "endless_print": judge.LOG_LIMIT,
+            "crashes_after_printing": judge.SIMULATOR_ERROR,
             "syntax_error": "syntax_error",
             "instantiates_reference": judge.OUTSIDE_REFERENCE,
             "defines_the_reference": "error", "defines_the_testbench": "error",
@@ -447,11 +473,14 @@ class JudgeTest(absltest.TestCase):
         want = {
             "infinite_loop": "timeout", "endless_print": judge.LOG_LIMIT,
             "writes_outside": judge.MISMATCH, "fake_report_and_finish": judge.NO_SAMPLES,
-            "final_report_and_finish": judge.NO_REPORT, "final_report_and_fatal": judge.NO_REPORT,
+            "final_report_and_finish": judge.NO_REPORT,
+            "final_report_and_fatal": judge.SIMULATOR_ERROR,  # vvp exits 1
             "final_report_on_stderr": judge.NO_REPORT, "final_report_in_pieces": judge.NO_REPORT,
             "reads_for_the_stamp": judge.NO_REPORT,
             # No /proc in the simulation's sandbox: nothing to read, no forged stamp.
             "reads_the_secret_from_proc": judge.MISMATCH,
+            "reads_plusargs_for_the_stamp": judge.NO_REPORT,
+            "crashes_after_printing": judge.SIMULATOR_ERROR,
             "early_finish": judge.EARLY_FINISH, "syntax_error": "syntax_error",
             "resets_tb_errors": judge.OUTSIDE_REFERENCE,
             "copies_reference": judge.OUTSIDE_REFERENCE,
@@ -504,32 +533,35 @@ class JudgeTest(absltest.TestCase):
     def test_a_design_that_memorized_the_stimulus_fails_the_second_one(self):
         # Weakness 4 (the stimulus is shared and fixed): a design that ignores its
         # input and replays the reference's outputs for the testbench's one random
-        # stream passes a single run. Passed the old judge.
-        draws = 20
+        # stream passes a single run (it passed the old judge). Its directed part
+        # is longer than the second run's 500 samples, which count from the first
+        # draw (a second red team passed a cap that counted from the start).
+        directed, draws = 600, 20
         program = os.path.join(self.create_tempdir().full_path, "draws")
         source = program + ".sv"
         with open(source, "w") as f:
             f.write("module m; integer i, d;\ninitial for (i = 0; i < %d; i = i + 1) "
                     "begin d = $random; $display(\"%%0d\", d & 1); end\nendmodule\n" % draws)
         subprocess.run([self.judge.iverilog, "-o", program, source], check=True, timeout=60)
-        bits = subprocess.run([self.judge.vvp, "-n", program], check=True, timeout=60,
-                              capture_output=True, text=True).stdout.split()[:draws]
+        drawn = subprocess.run([self.judge.vvp, "-n", program], check=True, timeout=60,
+                               capture_output=True, text=True).stdout.split()[:draws]
+        bits = [str(int(i % 3 == 0)) for i in range(directed)] + drawn
         problem = _custom_problem(self.create_tempdir().full_path, "Prob900_memorized",
-                                  _COPY_TESTBENCH % (draws - 1), _COPY_REFERENCE)
-        trace = "".join(reversed(bits))
+                                  _COPY_TESTBENCH % (directed, draws - 1), _COPY_REFERENCE)
         memorized = ("module TopModule(input clk, input d, output q);\n"
-                     "  reg [4:0] n = 0;\n  always @(posedge clk) n <= n + 1;\n"
-                     f"  wire [{draws - 1}:0] trace = {draws}'b{trace};\n"
+                     "  reg [9:0] n = 0;\n  always @(posedge clk) n <= n + 1;\n"
+                     f"  wire [{len(bits) - 1}:0] trace = {len(bits)}'b{''.join(reversed(bits))};\n"
                      "  assign q = trace[n];\nendmodule\n")
         reference = self.judge.judge_reference(problem)
         self.assertTrue(reference.passed, reference)
-        self.assertEqual((reference.tb_samples, reference.second_tb_samples), (draws, draws))
-        verdict = self.judge.judge(problem, memorized, (draws, draws))
+        self.assertEqual((reference.tb_samples, reference.second_tb_samples),
+                         (len(bits), len(bits)))
+        verdict = self.judge.judge(problem, memorized, (len(bits), len(bits)))
         self.assertEqual((verdict.passed, verdict.reason, verdict.upstream_pass),
                          (False, judge.SECOND_STIMULUS, True), verdict)
         self.assertEqual(verdict.mismatches, 0)  # the first stimulus: a perfect replay
         self.assertRegex(verdict.detail, r"under a second stimulus \(seeds \d+, \d+\): "
-                                         r"[1-9]\d* mismatches in 20 samples")
+                                         rf"[1-9]\d* mismatches in {len(bits)} samples")
         # The seeds are the problem's and the run's: drawn for each judge unless
         # given, so no sample can have memorized the second stimulus either.
         self.assertNotEqual(judge.Judge(self.judge.box).stimulus_seed,
@@ -543,10 +575,10 @@ class JudgeTest(absltest.TestCase):
         steering = memorized.replace("assign q = trace[n];", "always @(posedge clk) n <= $random;")
         self.assertEqual(self.judge.judge(problem, steering).detail, "$random (line 5)")
 
-    def test_the_stamp_is_in_no_file_and_no_readable_argument(self):
-        # The stamp reaches vvp as a plusarg only; the sandbox has no /proc to read
-        # any argument from (its /proc holds iverilog's one link), and no input
-        # file holds it.
+    def test_the_stamp_is_in_no_file_the_design_can_open(self):
+        # The stamp is compiled into the program; the script's arguments hold it,
+        # and the sandbox has no /proc to read them from (its /proc holds
+        # iverilog's one link); no input file holds it.
         calls = []
         original = self.judge.box.run_script
 
@@ -563,7 +595,9 @@ class JudgeTest(absltest.TestCase):
         args = options["args"]
         secret, module = args[6], args[3]
         self.assertRegex(secret, r"^[0-9a-f]{32}$")
-        self.assertNotIn(secret, "".join(files.values()) + args[2])  # the verdict source
+        self.assertIn(secret, args[2])  # the verdict module's source, deleted once compiled
+        self.assertNotIn(secret, "".join(files.values()))
+        self.assertNotIn(secret, args[12])  # the logs' folder: a name of its own
         # The testbench's draws go through the verdict module's seeded functions.
         self.assertIn(f"{module}.random()", files[judge.TEST])
         self.assertNotRegex(files[judge.TEST], r"\$random(?!\s*\()")

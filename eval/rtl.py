@@ -12,7 +12,7 @@ this check while the compiler sees it. Text the lexer cannot read (an
 unterminated comment or string, a character outside the grammar, a lone
 backslash) is refused with where it stopped.
 
-Refused (one reason per sample, the first found):
+Refused (the first reason found is the verdict's detail):
   * system tasks and functions outside ALLOWED_SYSTEM_NAMES: file and process
     access (`$fopen`, `$readmemh`, `$system`), the simulator's state (`$time`,
     `$random`, `$urandom`: a sample cannot draw from or steer the testbench's
@@ -25,18 +25,21 @@ Refused (one reason per sample, the first found):
     `bind`, configurations (`config`), `force`/`release`, classes, programs,
     interfaces, packages, `extern`;
   * escaped identifiers (`\\tb.x `: one name to the compiler, a dotted one to
-    a reader), attributes (`(* ... *)`: Icarus acts on some);
+    a reader), attributes (`(* ... *)`: Icarus acts on some, and its
+    preprocessor reads comments otherwise after `(*`; `@(*)` as written is
+    fine);
   * compiler directives other than DIRECTIVES, each of which must stand alone
     on its line in the exact form _DIRECTIVE_LINES gives (Icarus reads the
     rest of some directive lines by rules of its own: after
-    `default_nettype wire` a `/*` opens no comment for it); no `include` (a
-    file), no conditional compilation (a branch Icarus skips is not lexed as
-    here: a quote opens no string there), no macros with arguments, token
-    pasting or stringification, no `#line`; a macro the sample defines has a
-    body of plain tokens (no string, comment or backslash) and expands to
-    tokens this check has read in its definition;
+    `default_nettype wire` a `/*` opens no comment for it); no macros (Icarus
+    pastes an expansion onto the text after it, and expands macros where this
+    lexer sees a comment), no `include` (a file), no conditional compilation
+    (a branch Icarus skips is not lexed as here: a quote opens no string
+    there), no `#line`;
   * control characters (a lone carriage return ends a `//` comment for Icarus's
     preprocessor), and samples over MAX_BYTES.
+With no directive but these, Icarus's preprocessor has nothing to change, and
+the judge checks that it changes nothing (eval/judge.py) before it compiles.
 The 156 references use `$bits` and nothing else refused here; the allowed
 system names are the ones a design computes with (sizes, signedness, bit
 counts) and the display tasks (their output is the sample's own and decides
@@ -59,19 +62,12 @@ $bits $clog2 $signed $unsigned $size $high $low $left $right $increment $dimensi
 $unpacked_dimensions $countones $countbits $onehot $onehot0 $isunknown
 $display $displayb $displayh $displayo $write $writeb $writeh $writeo
 """.split())
-# Directives that change nothing a design computes with, and object-like macros.
-# No conditional compilation: a branch Icarus skips is text it does not read
-# the way this lexer does (a quote opens no string there).
+# Directives that change nothing a design computes with. No macros at all: Icarus's
+# preprocessor pastes an expansion onto the text after it (`/` then `*` opens
+# a comment there) and expands macros where this lexer sees a comment, so the
+# text it compiles is not the text read here.
 DIRECTIVES = frozenset("""
-timescale default_nettype resetall celldefine endcelldefine define undef
-""".split())
-# Every directive name (IEEE 1800-2017 clause 22, Icarus Verilog's own): no
-# macro may take one of these names.
-ALL_DIRECTIVES = DIRECTIVES | frozenset("""
-ifdef ifndef elsif else endif undefineall include line pragma begin_keywords end_keywords unconnected_drive nounconnected_drive
-__FILE__ __LINE__ protect endprotect suppress_faults enable_portfaults
-disable_portfaults nosuppress_faults delay_mode_distributed delay_mode_path
-delay_mode_unit delay_mode_zero default_decay_time default_trireg_strength elseif
+timescale default_nettype resetall celldefine endcelldefine
 """.split())
 REFUSED_KEYWORDS = frozenset("""
 defparam bind config endconfig force release import export extern class endclass
@@ -125,11 +121,6 @@ _DIRECTIVE_LINES = {
     "resetall": re.compile(r"[ \t]*`resetall[ \t]*"),
     "celldefine": re.compile(r"[ \t]*`celldefine[ \t]*"),
     "endcelldefine": re.compile(r"[ \t]*`endcelldefine[ \t]*"),
-    "undef": re.compile(r"[ \t]*`undef[ \t]+[A-Za-z_][A-Za-z0-9_$]*[ \t]*"),
-    # An object-like macro whose body is plain tokens: no string, comment,
-    # backslash or backtick but macro uses (its tokens are checked in place).
-    "define": re.compile(r"[ \t]*`define[ \t]+[A-Za-z_][A-Za-z0-9_$]*"
-                         r'(?:[ \t]+(?:[^\n"\\/`]|/(?![/*])|`[A-Za-z_])*)?'),
 }
 
 
@@ -180,10 +171,18 @@ def tokens(code, continued_lines=False):
     some text is not Verilog. `continued_lines`: a backslash at the end of a
     line continues it (a testbench's multi-line macros); a sample gets no such
     leniency. Cached: the judge reads each testbench several ways."""
-    return list(_tokens(code, continued_lines))
+    if continued_lines:
+        return list(_trusted_tokens(code))
+    return list(_tokens(code, False))
 
 
 @functools.lru_cache(maxsize=64)
+def _trusted_tokens(code):
+    """A testbench's or a reference's tokens, kept: the judge reads them several ways
+    (a sample's are read once and not kept)."""
+    return _tokens(code, True)
+
+
 def _tokens(code, continued_lines):
     lines = _Lines(code, continued_lines)
     control = _CONTROL.search(code)
@@ -228,26 +227,18 @@ def _physical_line(code, index):
     return code[start:len(code) if end < 0 else end].rstrip("\r")
 
 
-def _directive_problem(code, toks, k, defined_macros):
-    """Why directive toks[k] is refused, or None."""
-    name = toks[k].text
-    if name not in ALL_DIRECTIVES:
-        return None if name in defined_macros else f"`{name}, a macro it does not define"
-    if name not in DIRECTIVES:
-        return f"`{name}"
-    if name == "define" and k + 1 < len(toks):
-        macro = toks[k + 1]
-        if macro.text in ALL_DIRECTIVES:
-            return f"`define {macro.text}: a directive's name"
-        if code.startswith("(", macro.start + len(macro.text)):
-            return f"`define {macro.text}(...): a macro with arguments"
-    if not _DIRECTIVE_LINES[name].fullmatch(_physical_line(code, toks[k].start)):
-        return f"`{name} on a line that holds more than the directive"
+def _directive_problem(code, tok):
+    """Why directive `tok` is refused, or None."""
+    if tok.text not in DIRECTIVES:
+        return f"`{tok.text}"
+    if not _DIRECTIVE_LINES[tok.text].fullmatch(_physical_line(code, tok.start)):
+        return f"`{tok.text} on a line that holds more than the directive"
     return None
 
 
 def problems(code):
-    """Why `code` is not RTL, each as `what (line N)`; [] for RTL."""
+    """Why `code` is not RTL: its first refused construct as `what (line N)`, in a
+    list of one; [] for RTL."""
     if len(code.encode("utf-8", "replace")) > MAX_BYTES:
         return [f"too large: {len(code.encode('utf-8', 'replace'))} bytes, more than "
                 f"{MAX_BYTES} (no answer needs so much)"]
@@ -259,9 +250,7 @@ def problems(code):
 
 
 def _problems(code, toks):
-    found = []
-    defined_macros = {toks[k + 1].text for k, t in enumerate(toks[:-1])
-                      if t.kind == DIRECTIVE and t.text == "define"}
+    """The first reason `toks` (of `code`) are not RTL, as a list of one; [] for RTL."""
     for k, tok in enumerate(toks):
         before = toks[k - 1] if k else None
         after = toks[k + 1] if k + 1 < len(toks) else None
@@ -269,14 +258,16 @@ def _problems(code, toks):
         if tok.kind == SYSTEM and tok.text not in ALLOWED_SYSTEM_NAMES:
             why = tok.text
         elif tok.kind == DIRECTIVE:
-            why = _directive_problem(code, toks, k, defined_macros)
+            why = _directive_problem(code, tok)
         elif tok.kind == WORD and tok.text in REFUSED_KEYWORDS:
             why = tok.text
         elif tok.text == "::":
             why = "::"
         elif tok.text == "#" and after and after.text == "line":
             why = "#line"
-        elif tok.text == "(*" and not (after and after.text == ")"):
+        elif tok.text == "(*" and not code.startswith("(*)", tok.start):
+            # Only `@(*)`, as written: after `(*` Icarus's preprocessor reads
+            # comments otherwise.
             why = "an attribute (* ... *)"
         elif tok.text == "." and not (
                 before and before.text in ("(", ",") and after and
@@ -284,8 +275,8 @@ def _problems(code, toks):
             name = (before.text if before else "") + "." + (after.text if after else "")
             why = f"a hierarchical name or member select {name}"
         if why:
-            found.append(f"{why} (line {tok.line})")
-    return found
+            return [f"{why} (line {tok.line})"]
+    return []
 
 
 def top_level_modules(toks):
@@ -306,7 +297,7 @@ def top_level_modules(toks):
 
 def reaches_outside(code, outside_names=frozenset()):
     """False only when `code` names nothing outside itself: it is RTL
-    (`problems`), uses no macro, names none of `outside_names` (the testbench's
+    (`problems`), names none of `outside_names` (the testbench's
     and the reference's modules, and their tasks, functions and named blocks,
     which a design finds by a simple name in its enclosing instances), and
     instantiates only modules it defines outside any other module (a word
@@ -321,10 +312,6 @@ def reaches_outside(code, outside_names=frozenset()):
         return True
     own = top_level_modules(toks)
     for k, tok in enumerate(toks):
-        if tok.kind == DIRECTIVE and tok.text not in ("timescale", "default_nettype",
-                                                      "resetall", "celldefine",
-                                                      "endcelldefine"):
-            return True
         if tok.kind != WORD:
             continue
         if tok.text in outside_names:

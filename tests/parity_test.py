@@ -120,7 +120,9 @@ class ParityTest(absltest.TestCase):
         data = (f"--config.data.source={chats}", f"--config.data.eval_fraction={EVAL_FRACTION}",
                 f"--config.eval_every_steps={EVAL_EVERY}", f"--config.model.name={base}")
         cls.init = {"tpu": ("//training/tpu:sft", f"--config.lora.init_from={orbax_dir}",
-                            f"--config.model.name={base}"),
+                            f"--config.model.name={base}",
+                            f"--config.compilation_cache.dir={tmp}/xla-cache",
+                            "--config.compilation_cache.min_compile_s=0"),
                     "gpu": ("//training/gpu:sft", f"--config.lora.init_from={peft_dir}",
                             f"--config.model.name={base}")}
         cls.stacks = {stack: (*init, *data) for stack, init in cls.init.items()}

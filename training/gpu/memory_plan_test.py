@@ -63,8 +63,9 @@ class MemoryPlanTest(absltest.TestCase):
                            10 * two["activations"])
 
     def test_the_plan_bounds_a_measured_step(self):
-        # A shape the coefficients were not taken from (memory_calibration.SHAPES).
-        measured, planned, _ = memory_calibration.measure(768, 3072, 12, 49152, 768, remat=True)
+        # A shape the coefficients were not taken from (memory_calibration.SHAPES), small
+        # enough for CI (45 s here; the plan was 1.12x the measured peak).
+        measured, planned, _ = memory_calibration.measure(384, 1536, 8, 24576, 384, remat=True)
         print(f"\nmeasured {measured / 2**20:.1f} MiB, planned {planned / 2**20:.1f} MiB "
               f"({planned / measured:.3f}x)")
         self.assertGreaterEqual(planned, measured)

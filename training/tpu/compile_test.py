@@ -163,7 +163,7 @@ class CompileTest(absltest.TestCase):
             self.assertGreater(result["seconds"], 0)
             self.assertLess(result["seconds"], 1e-3)
 
-    def test_loops_are_counted_once_and_the_layer_scan_once_per_repeat(self):
+    def test_xla_counts_loops_once_and_the_layer_scan_once_per_repeat(self):
         # Small widths, (sliding, sliding, global) twice: scanned, a block of 3 over 2
         # repeats, with a scan over its 2 sliding layers inside.
         dims = dataclasses.replace(small_dims(), layer_types=(

@@ -61,7 +61,10 @@ def tpu_config(recipe, *, model, dtype, fsdp, tp, machine, cpu_devices=0):
     c.max_steps = 0  # 0: the whole data set (epochs x rows / effective batch)
     # JAX's persistent compilation cache in RUN_DIR/compilation_cache (a bucket
     # when the run is in one): a rerun after a preemption loads the compiled
-    # step instead of compiling it again. Programs that compile faster than
-    # `min_compile_s` are not kept.
-    c.compilation_cache = config_dict.ConfigDict({"enabled": True, "min_compile_s": 1.0})
+    # step instead of compiling it again. `dir` puts it elsewhere, shared by
+    # runs (a local folder or gs://; JAX keys each program by its code,
+    # devices and flags). Programs that compile faster than `min_compile_s`
+    # are not kept.
+    c.compilation_cache = config_dict.ConfigDict(
+        {"enabled": True, "dir": "", "min_compile_s": 1.0})
     return c

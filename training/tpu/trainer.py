@@ -92,15 +92,15 @@ class CompilationCache:
         self.hits = self.stored = 0
 
     def use(self, config, workdir):
-        """Points JAX at RUN_DIR/compilation_cache (or at none, when disabled);
-        returns the path or None."""
+        """Points JAX at RUN_DIR/compilation_cache, or the config's own folder
+        (or at none, when disabled); returns the path or None."""
         # JAX opens its cache once per process: a second run in this process
         # (tests) must not read or write the first one's.
         compilation_cache.reset_cache()
         if not config.compilation_cache.enabled:
             jax.config.update("jax_compilation_cache_dir", None)
             return None
-        path = storage.join(workdir, COMPILATION_CACHE)
+        path = config.compilation_cache.dir or storage.join(workdir, COMPILATION_CACHE)
         jax.config.update("jax_compilation_cache_dir", path)
         jax.config.update("jax_persistent_cache_min_compile_time_secs",
                           float(config.compilation_cache.min_compile_s))

@@ -53,15 +53,16 @@ What a design can still do, and what it gets:
   * loop or print without end: the sandbox's limits (`timeout`, `log_limit`,
     `cpu_limit`);
   * replay the reference's outputs for the testbench's one fixed stimulus (a
-    table indexed by a clock count). Each unseeded `$random` and `$urandom` of
-    the testbench is drawn through the verdict module (`reseeded`) from seeds
-    that are 0 in the first simulation, which gives upstream's stimulus bit for
-    bit, and in a second simulation of a sample that passed are drawn from the
-    problem and `stimulus_seed` (itself drawn for each run unless given); it
-    runs SECOND_STIMULUS_SAMPLES samples past the testbench's first draw. The
+    table indexed by a clock count). The first simulation draws the testbench's
+    stimulus as upstream does (its own calls, untouched: upstream's stimulus bit
+    for bit). A sample that passed is simulated again, to the testbench's end,
+    with each unseeded `$random`, `$urandom` and `$urandom_range` of the
+    testbench drawn through the verdict module (`reseeded`) from seeds of the
+    problem and `stimulus_seed` (itself drawn for each run unless given). The
     sample must pass again, with the reference's N under the same seeds
     (`second_stimulus`), in the same sandbox run: no design can have
-    memorized a stimulus drawn after it was written.
+    memorized a stimulus drawn after it was written, and no part of the run is
+    checked under the public stimulus alone.
 
 Nothing outside the sample may be reached. A design's names bind in the full
 compile by SystemVerilog's name resolution (IEEE 1800-2017 23.6-23.9), which
@@ -173,47 +174,50 @@ DESIGN_MODULE = "TopModule"
 # Words of an isolated elaboration's warning about a name it could not resolve.
 _UNRESOLVED_WARNING = re.compile(r"warning.*(?:scope|bind|find|resolv|unknown|not found|"
                                  r"undeclared|hierarch)", re.IGNORECASE)
-# The testbench's draws that the judge reseeds: each `$random` / `$urandom` without
-# a seed of its own becomes a call of the verdict module's function of that
-# name, which draws from a seed of its own: 0 unless a plusarg gives another,
-# and Icarus's unseeded draws are those of a seed starting at 0, so the first
-# run's stimulus is upstream's, bit for bit.
-RESEEDED = ("$random", "$urandom")
-# The second simulation ends this many of the testbench's samples after its first
-# random draw (0: at the testbench's own end). A design that replays the first
-# stimulus's outputs fails within the first few samples drawn otherwise; the cap
-# keeps the long testbenches (conwaylife's 5,023 samples, countbcd's 39,805)
-# from doubling the judging time.
-SECOND_STIMULUS_SAMPLES = 500
-_ARGUMENTS = re.compile(r"\s*\(")
+# ... except an override of a parameter the instantiated module lacks (`#(.W(1))`),
+# which Icarus ignores: it names the sample's own module, nothing outside.
+_IGNORED_OVERRIDE = re.compile(r"warning: parameter \S+ not found in \S+\.?$")
+# The testbench's draws that the judge reseeds in the second simulation: each
+# `$random` / `$urandom` without a seed of its own, and each `$urandom_range`,
+# becomes `(M.second() ? M.draw(...) : <the call as written>)`: in the first
+# simulation the testbench's own call (Icarus's unseeded draws share hidden
+# state, which only the calls as written reproduce), in the second the
+# verdict module's, from the seeds its plusargs give.
+RESEEDED = ("$random", "$urandom", "$urandom_range")
 
 # The judge's own module: the testbench's counters at the end of the simulation,
 # stamped with the run's secret. Every VerilogEval testbench counts into
 # tb.stats1 (errors, clocks) and prints them as its `Mismatches:` line.
 VERDICT_SOURCE = "verdict.sv"
 VERDICT_MODULE = """module {name};
-  integer random_seed = 0, samples = 0, first_draw = -1;
+  integer random_seed = 0;
   reg [31:0] urandom_seed = 0;
-  reg seeded = 0;
+  reg seeded = 0, second_run = 0;
   task seed;
     if (!seeded) begin
       seeded = 1;
-      first_draw = tb.stats1.clocks;
-      if ($value$plusargs("{name}_random=%d", random_seed)) ;
+      second_run = $value$plusargs("{name}_random=%d", random_seed);
       if ($value$plusargs("{name}_urandom=%d", urandom_seed)) ;
-      if ($value$plusargs("{name}_samples=%d", samples)) ;
     end
   endtask
-  function integer random();
+  function second();
     seed;
+    second = second_run;
+  endfunction
+  function integer random();
     random = $random(random_seed);
   endfunction
   function [31:0] urandom();
-    seed;
     urandom = $urandom(urandom_seed);
   endfunction
-  always @(tb.stats1)
-    if (samples > 0 && first_draw >= 0 && tb.stats1.clocks >= first_draw + samples) $finish;
+  function [31:0] urandom_range(input [31:0] a, input [31:0] b);
+    reg [31:0] low, high;
+    begin
+      low = a < b ? a : b;
+      high = a < b ? b : a;
+      urandom_range = high - low == 32'hffffffff ? urandom() : low + urandom() % (high - low + 1);
+    end
+  endfunction
   final $display("{secret} %0d %0d", tb.stats1.errors, tb.stats1.clocks);
 endmodule
 """
@@ -365,18 +369,53 @@ def declares_outside_modules(code):
 
 
 def random_draws(testbench):
-    """Offsets and names of `testbench`'s unseeded `$random` and `$urandom` (RESEEDED)."""
-    return tuple((t.start, t.text) for t in rtl.tokens(testbench, continued_lines=True)
-                 if t.text in RESEEDED and not _ARGUMENTS.match(testbench, t.start + len(t.text)))
+    """(start, end, name, arguments) of `testbench`'s draws that the second
+    simulation reseeds (RESEEDED): unseeded `$random` and `$urandom`, and
+    `$urandom_range` with its one or two arguments' text."""
+    toks = rtl.tokens(testbench, continued_lines=True)
+    draws = []
+    for k, tok in enumerate(toks):
+        if tok.text not in RESEEDED:
+            continue
+        has_arguments = k + 1 < len(toks) and toks[k + 1].text == "("
+        if tok.text != "$urandom_range":
+            if not has_arguments:
+                draws.append((tok.start, tok.start + len(tok.text), tok.text, ()))
+            continue
+        if not has_arguments:
+            raise rtl.Unreadable(f"line {tok.line}: $urandom_range without its arguments")
+        arguments, depth, begin = [], 0, toks[k + 1].start + 1
+        for t in toks[k + 1:]:
+            if t.text in ("(", "[", "{"):
+                depth += 1
+            elif t.text in (")", "]", "}"):
+                depth -= 1
+            if depth == 1 and t.text == ",":
+                arguments.append(testbench[begin:t.start])
+                begin = t.start + 1
+            elif depth == 0:
+                arguments.append(testbench[begin:t.start])
+                draws.append((tok.start, t.start + 1, tok.text, tuple(arguments)))
+                break
+        else:
+            raise rtl.Unreadable(f"line {tok.line}: $urandom_range's arguments do not end")
+    return tuple(draws)
 
 
 def reseeded(testbench, draws, module):
-    """`testbench` with each of its `draws` (random_draws) a call of `module`'s
-    function of that name."""
+    """`testbench` with each of its `draws` (random_draws) as written in the first
+    simulation and the verdict `module`'s draw of that name in the second."""
     out, at = [], 0
-    for start, name in draws:
-        out += [testbench[at:start], f"{module}.{name[1:]}()"]
-        at = start + len(name)
+    for start, end, name, arguments in draws:
+        if name == "$urandom_range":
+            if len(arguments) not in (1, 2):
+                raise rtl.Unreadable(f"$urandom_range with {len(arguments)} arguments")
+            low = arguments[1] if len(arguments) == 2 else "0"
+            mine = f"{module}.urandom_range({arguments[0]}, {low})"
+        else:
+            mine = f"{module}.{name[1:]}()"
+        out += [testbench[at:start], f"({module}.second() ? {mine} : {testbench[start:end]})"]
+        at = end
     return "".join(out) + testbench[at:]
 
 
@@ -415,7 +454,7 @@ def outside_references(isolated_log, codes):
     if codes.get("compile") != 0:
         return []
     warned = [line.strip()[:300] for line in isolated_log.splitlines()
-              if _UNRESOLVED_WARNING.search(line)]
+              if _UNRESOLVED_WARNING.search(line) and not _IGNORED_OVERRIDE.search(line)]
     if codes.get("isolate", 0) == 0 and not warned:
         return []
     names = set(_UNBOUND_NAME.findall(isolated_log)) | set(_UNKNOWN_MODULE.findall(isolated_log))
@@ -479,8 +518,7 @@ def script(iverilog, vvp, ivlpp):
     $3 the verdict module's source, $4 its name, $5 the isolation harness's
     source, $6 its name, $7 the stamp (the secret), $8 whether to simulate a
     pass again, $9 a second marker, $10 and $11 the second stimulus's seeds,
-    $12 how many of its samples from its first draw it runs at most (0: all),
-    $13 a random folder name for the logs.
+    $12 a random folder name for the logs.
     First Icarus's preprocessor must leave the sample as it is: the text it
     compiles is then the text eval/rtl.py read. Tool output goes to stdout:
     the isolated elaboration's (when $2 is 1), the marker line (no sample can
@@ -500,10 +538,12 @@ def script(iverilog, vvp, ivlpp):
     compile_cmd = " ".join([q(iverilog), *COMPILE_FLAGS, '-s "$4"', "-o", SIMULATION, SAMPLE,
                             TEST, REF, VERDICT_SOURCE])
     # In a subshell whose stderr is /dev/null: dash reports a child killed by a
-    # signal on stderr (a full log kills the reporting shell in turn). `-none`:
-    # the testbench's waveform dump writes nothing (it went to /dev/null anyway).
+    # signal on stderr (a full log kills the reporting shell in turn). The `exit`
+    # keeps dash from exec'ing vvp in place of the subshell, which would make the
+    # script itself report the signal on the status pipe. `-none`: the
+    # testbench's waveform dump writes nothing (it went to /dev/null anyway).
     simulate = (f'cat <&$fd > "$fifo" & feeder=$!; ({q(vvp)} -n "$fifo" -none "$@" 3<&- 4<&- '
-                f'> "$log" 2>&1) 2>/dev/null; rc=$?; kill "$feeder" 2>/dev/null')
+                f'> "$log" 2>&1; exit $?) 2>/dev/null; rc=$?; kill "$feeder" 2>/dev/null')
     return "\n".join([
         f'{q(ivlpp)} {SAMPLE} > "$TMPDIR/preprocessed" 2>/dev/null && '
         f'cmp -s {SAMPLE} "$TMPDIR/preprocessed"',
@@ -521,10 +561,10 @@ def script(iverilog, vvp, ivlpp):
         f"rm -f {VERDICT_SOURCE}",
         'echo "compile $rc" >&2',
         "[ $rc -eq 0 ] || exit 0",
-        'random="+$4_random=${10}" urandom="+$4_urandom=${11}" samples="+$4_samples=${12}"',
-        'pass="$7 0 " again="$8" marker="$9" fifo="$TMPDIR/program" log="$TMPDIR/${13}/log"',
+        'random="+$4_random=${10}" urandom="+$4_urandom=${11}"',
+        'pass="$7 0 " again="$8" marker="$9" fifo="$TMPDIR/program" log="$TMPDIR/${12}/log"',
         f'exec 3< {SIMULATION} 4< {SIMULATION} && rm -f {SIMULATION} && mkfifo "$fifo" && '
-        'mkdir "$TMPDIR/${13}" || exit 1',
+        'mkdir "$TMPDIR/${12}" || exit 1',
         'cd "$SANDBOX_EMPTY_DIR" || exit 1',
         "set --; fd=3",
         simulate,
@@ -532,7 +572,7 @@ def script(iverilog, vvp, ivlpp):
         'echo "simulate $rc" >&2',
         '[ "$again" = 1 ] && grep -q "^$pass[1-9]" "$log" || exit 0',
         'echo "$marker"',
-        'set -- "$random" "$urandom" "$samples"; fd=4',
+        'set -- "$random" "$urandom"; fd=4',
         simulate,
         'cat "$log"',
         'echo "second $rc" >&2',
@@ -604,8 +644,7 @@ class Judge:
     """Judges samples; thread-safe (each call has its own directory)."""
 
     def __init__(self, box, iverilog="iverilog", vvp="vvp", compile_timeout_s=60,
-                 sim_timeout_s=30, scratch_dir=None, keep_dirs=False, stimulus_seed=None,
-                 second_stimulus_samples=SECOND_STIMULUS_SAMPLES):
+                 sim_timeout_s=30, scratch_dir=None, keep_dirs=False, stimulus_seed=None):
         self.box = box
         self.iverilog = find_tool(iverilog)
         self.vvp = find_tool(vvp)
@@ -613,7 +652,6 @@ class Judge:
         box.add_readonly_dirs((tool_prefix(self.iverilog), tool_prefix(self.vvp)))
         self.scratch_dir = scratch_dir
         self.keep_dirs = keep_dirs
-        self.second_stimulus_samples = second_stimulus_samples
         # Drawn for this judge unless given: no sample can know the second stimulus.
         self.stimulus_seed = (secrets.randbits(31) if stimulus_seed is None or stimulus_seed < 0
                               else stimulus_seed)
@@ -686,7 +724,7 @@ class Judge:
                       VERDICT_MODULE.format(name=module, secret=secret), module,
                       bench.harness.format(name=harness), harness, secret,
                       "1" if bench.random_draws else "0", markers[1], *map(str, seeds),
-                      str(self.second_stimulus_samples), uuid.uuid4().hex),
+                      uuid.uuid4().hex),
                 exe_link=self._iverilog_binary, empty_dir=True)
             limit = self.box.limits.file_bytes
             with open(os.path.join(run_dir, LOG), "rb") as f:
@@ -729,7 +767,7 @@ class _Testbench:
     always_isolate: bool          # it or the reference declares in the compilation unit
     upward_names: frozenset       # its and the reference's tasks, functions, named
                                   # blocks (what a design could call) and modules
-    random_draws: tuple           # (offset, name) of its unseeded draws (random_draws)
+    random_draws: tuple           # its draws the second simulation reseeds (random_draws)
     harness: str                  # the isolation harness, its name a {name} field
 
 
@@ -771,5 +809,4 @@ def from_config(config, scratch_dir=None):
     box = sandbox_lib.Sandbox(config.sandbox, limits)
     return Judge(box, iverilog, vvp, config.compile_timeout_s, config.sim_timeout_s,
                  scratch_dir=scratch_dir, keep_dirs=config.keep_dirs,
-                 stimulus_seed=config.stimulus_seed,
-                 second_stimulus_samples=config.second_stimulus_samples)
+                 stimulus_seed=config.stimulus_seed)

@@ -533,9 +533,9 @@ class JudgeTest(absltest.TestCase):
     def test_a_design_that_memorized_the_stimulus_fails_the_second_one(self):
         # Weakness 4 (the stimulus is shared and fixed): a design that ignores its
         # input and replays the reference's outputs for the testbench's one random
-        # stream passes a single run (it passed the old judge). Its directed part
-        # is longer than the second run's 500 samples, which count from the first
-        # draw (a second red team passed a cap that counted from the start).
+        # stream passes a single run (it passed the old judge). Its 600 directed
+        # samples come before any draw: the second run covers the whole testbench
+        # (a third red team passed a 500-sample cap by replaying only the tail).
         directed, draws = 600, 20
         program = os.path.join(self.create_tempdir().full_path, "draws")
         source = program + ".sv"
@@ -575,6 +575,61 @@ class JudgeTest(absltest.TestCase):
         steering = memorized.replace("assign q = trace[n];", "always @(posedge clk) n <= $random;")
         self.assertEqual(self.judge.judge(problem, steering).detail, "$random (line 5)")
 
+    def test_an_override_of_a_parameter_the_module_lacks_is_not_outside(self):
+        # Icarus ignores `#(.WIDTH(1))` on a module without WIDTH, with a warning
+        # ("parameter WIDTH not found in ..."): the sample's own module, nothing
+        # outside (a third red team's correct design was failed for it).
+        sample = ("module const0 #(parameter W = 1) (output z);\n  assign z = 1'b0;\n"
+                  "endmodule\nmodule TopModule (output zero);\n  typedef logic bit_t;\n"
+                  "  bit_t z;\n  const0 #(.WIDTH(1)) c (.z(z));\n  assign zero = z;\nendmodule\n")
+        self.assertTrue(rtl.reaches_outside(sample, frozenset()))  # so it is isolated
+        verdict = self._judge(self.zero, sample)
+        self.assertTrue(verdict.passed, verdict)
+        wrong = sample.replace("assign z = 1'b0;", "assign z = 1'b1;")
+        self.assertEqual(self._judge(self.zero, wrong).reason, judge.MISMATCH)
+
+    def test_the_first_simulation_draws_as_upstream_and_the_second_reseeds_each_draw(self):
+        # Icarus's unseeded $urandom and $urandom_range share hidden state: only the
+        # calls as written reproduce upstream's stimulus (a third red team found
+        # Prob080's differing in 2431 of 2505 cycles when $urandom alone was
+        # redirected). The second simulation draws all three from its seeds.
+        bench = ("module tb;\n  struct packed { int errors; int clocks; } stats1 = 0;\n"
+                 "  integer i;\n  initial for (i = 0; i < 8; i = i + 1)\n"
+                 "    $display(\"%0d %0d %0d %0d\", $random, $urandom, $urandom_range(0, 31),\n"
+                 "             $urandom_range(i + 3));\nendmodule\n")
+        draws = judge.random_draws(bench)
+        self.assertEqual([d[2] for d in draws],
+                         ["$random", "$urandom", "$urandom_range", "$urandom_range"])
+        self.assertEqual([d[3] for d in draws[2:]], [("0", " 31"), ("i + 3",)])
+        rewritten = judge.reseeded(bench, draws, "v")
+        self.assertIn("(v.second() ? v.urandom_range(i + 3, 0) : $urandom_range(i + 3))",
+                      rewritten)
+        tmp = self.create_tempdir().full_path
+
+        def simulate(name, text, *plusargs, tops=("tb",)):
+            source, program = (os.path.join(tmp, name + ext) for ext in (".sv", ""))
+            with open(source, "w") as f:
+                f.write(text)
+            subprocess.run([self.judge.iverilog, "-g2012", *(a for t in tops for a in ("-s", t)),
+                            "-o", program, source], check=True, timeout=60)
+            out = subprocess.run([self.judge.vvp, "-n", program, *plusargs], check=True,
+                                 timeout=60, capture_output=True, text=True).stdout
+            return [line.split() for line in out.splitlines() if not line.startswith("stamp ")]
+
+        upstream = simulate("upstream", bench)
+        verdict_module = judge.VERDICT_MODULE.format(name="v", secret="stamp")
+        first = simulate("first", rewritten + verdict_module, tops=("tb", "v"))
+        second = simulate("second", rewritten + verdict_module, "+v_random=5", "+v_urandom=9",
+                          tops=("tb", "v"))
+        self.assertLen(upstream, 8)
+        self.assertEqual(first, upstream)
+        for column in range(4):
+            self.assertNotEqual([row[column] for row in second],
+                                [row[column] for row in upstream], column)
+        for i, row in enumerate(second):
+            self.assertBetween(int(row[2]), 0, 31)
+            self.assertBetween(int(row[3]), 0, i + 3)
+
     def test_the_stamp_is_in_no_file_the_design_can_open(self):
         # The stamp is compiled into the program; the script's arguments hold it,
         # and the sandbox has no /proc to read them from (its /proc holds
@@ -597,10 +652,11 @@ class JudgeTest(absltest.TestCase):
         self.assertRegex(secret, r"^[0-9a-f]{32}$")
         self.assertIn(secret, args[2])  # the verdict module's source, deleted once compiled
         self.assertNotIn(secret, "".join(files.values()))
-        self.assertNotIn(secret, args[12])  # the logs' folder: a name of its own
-        # The testbench's draws go through the verdict module's seeded functions.
-        self.assertIn(f"{module}.random()", files[judge.TEST])
-        self.assertNotRegex(files[judge.TEST], r"\$random(?!\s*\()")
+        self.assertNotIn(secret, args[11])  # the logs' folder: a name of its own
+        # The testbench's draws are its own in the first simulation and the verdict
+        # module's seeded ones in the second.
+        self.assertIn(f"({module}.second() ? {module}.random() : $random)", files[judge.TEST])
+        self.assertNotRegex(files[judge.TEST], r"[^:] \$random(?!\s*\()")
         with open(self.counter.test_path) as f:
             self.assertIn("$random", f.read())
 

@@ -111,16 +111,18 @@ _OPERATORS = sorted("""
 """.split(), key=len, reverse=True)
 # A directive line as a whole, exactly: Icarus reads the rest of such a line by
 # rules of its own (a `/*` after `default_nettype wire` opens no comment for
-# it), so nothing may follow what the directive takes.
+# it), so nothing may follow what the directive takes but a `//` comment to the
+# line's end (ignored whichever way it is read).
 _UNIT = r"(?:s|ms|us|ns|ps|fs)"
+_LINE_END = r"[ \t]*(?://[^\n]*)?"
 _DIRECTIVE_LINES = {
     "timescale": re.compile(rf"[ \t]*`timescale[ \t]+\d+[ \t]*{_UNIT}[ \t]*/[ \t]*\d+[ \t]*"
-                            rf"{_UNIT}[ \t]*"),
+                            rf"{_UNIT}{_LINE_END}"),
     "default_nettype": re.compile(r"[ \t]*`default_nettype[ \t]+(?:none|wire|tri|tri0|tri1|"
-                                  r"wand|triand|wor|trior|trireg|uwire)[ \t]*"),
-    "resetall": re.compile(r"[ \t]*`resetall[ \t]*"),
-    "celldefine": re.compile(r"[ \t]*`celldefine[ \t]*"),
-    "endcelldefine": re.compile(r"[ \t]*`endcelldefine[ \t]*"),
+                                  rf"wand|triand|wor|trior|trireg|uwire){_LINE_END}"),
+    "resetall": re.compile(rf"[ \t]*`resetall{_LINE_END}"),
+    "celldefine": re.compile(rf"[ \t]*`celldefine{_LINE_END}"),
+    "endcelldefine": re.compile(rf"[ \t]*`endcelldefine{_LINE_END}"),
 }
 
 
@@ -239,9 +241,12 @@ def _directive_problem(code, tok):
 def problems(code):
     """Why `code` is not RTL: its first refused construct as `what (line N)`, in a
     list of one; [] for RTL."""
-    if len(code.encode("utf-8", "replace")) > MAX_BYTES:
-        return [f"too large: {len(code.encode('utf-8', 'replace'))} bytes, more than "
-                f"{MAX_BYTES} (no answer needs so much)"]
+    try:
+        size = len(code.encode("utf-8"))
+    except UnicodeEncodeError as e:  # a lone surrogate (JSON's "\udce9" decodes to one)
+        return [f"not text: {code[e.start]!r} at offset {e.start} has no UTF-8 form"]
+    if size > MAX_BYTES:
+        return [f"too large: {size} bytes, more than {MAX_BYTES} (no answer needs so much)"]
     try:
         toks = tokens(code)
     except Unreadable as e:

@@ -112,8 +112,8 @@ def judge_completions(judge, problems_by_id, rows, workers, expected=None, dedup
         raise ValueError(f"completions for problems not in the data set: {unknown[:10]}")
     read_code = protocols.extractor(protocol)
     extracted = [read_code(r.completion) for r in rows]
-    keys = [(r.problem, hashlib.sha256(e.code.encode()).hexdigest()) for r, e in
-            zip(rows, extracted)]
+    keys = [(r.problem, hashlib.sha256(e.code.encode("utf-8", "surrogatepass")).hexdigest())
+            for r, e in zip(rows, extracted)]  # surrogatepass: a lone surrogate is refused later
     codes = {}
     for key, e in zip(keys, extracted):
         codes.setdefault(key, e.code)

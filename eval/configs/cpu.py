@@ -62,5 +62,4 @@ def get_config():
     c.keep_dirs = False        # keep each run's directory (debugging)
     c.stimulus_seed = -1       # seeds a passing sample's second stimulus (eval/judge.py):
                                # < 0 draws one for the run (summary.json records it)
-    c.second_stimulus_samples = 500  # its length in testbench samples (0: all)
     return c

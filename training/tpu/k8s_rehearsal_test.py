@@ -31,12 +31,12 @@ from common import kubernetes_schemas
 from common import storage
 from gemma4 import orbax_lora
 
-STEPS = 8
+STEPS = 6
 IMAGE = "r.io/p/train@sha256:" + "00" * 32
-# An effective batch of 2 rows (the default is 8): the same collectives, restarts
-# and resumes at a quarter of the work per step.
-_RUN = (f"--config.max_steps={STEPS}", "--config.checkpoint_every_steps=2",
-        "--config.batch.effective_size=2")
+# cpu.py's effective batch of 8. At a batch of 2, the last attempt's first
+# collective once missed gloo's 30 s rendezvous (beside compile_test, 2 cores):
+# one process reached it that much later than the other.
+_RUN = (f"--config.max_steps={STEPS}", "--config.checkpoint_every_steps=2")
 
 
 def _jobset(workdir):
@@ -106,7 +106,7 @@ class RehearsalTest(absltest.TestCase):
             self.assertEqual((info["processes"], info["devices"]), (2, 8))
             self.assertLen(_losses("gs://bkt/whole"), STEPS)
             # The same rows and updates: the first steps agree to float32's sum order,
-            # which Adam's normalised updates then amplify (8e-4 by step 8, measured).
+            # which Adam's normalised updates then amplify (8e-4 by step 8 at a batch of 2, measured).
             losses, want = _losses("gs://bkt/whole"), _losses(single)
             np.testing.assert_allclose(losses[:3], want[:3], rtol=1e-5)
             np.testing.assert_allclose(losses, want, rtol=5e-3)

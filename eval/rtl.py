@@ -256,11 +256,20 @@ def problems(code):
 
 def _problems(code, toks):
     """The first reason `toks` (of `code`) are not RTL, as a list of one; [] for RTL."""
+    depth = 0  # of module and primitive definitions
     for k, tok in enumerate(toks):
         before = toks[k - 1] if k else None
         after = toks[k + 1] if k + 1 < len(toks) else None
         why = None
-        if tok.kind == SYSTEM and tok.text not in ALLOWED_SYSTEM_NAMES:
+        if tok.kind == WORD and tok.text in DEFINES:
+            depth += 1
+        elif tok.text in ("endmodule", "endprimitive"):
+            depth -= 1
+        if tok.kind == WORD and tok.text in ("task", "function") and depth <= 0:
+            # The compilation unit's own subroutine: a name the full compile may
+            # bind in the testbench instead (`disable`), elaborated alone not.
+            why = f"a {tok.text} outside a module"
+        elif tok.kind == SYSTEM and tok.text not in ALLOWED_SYSTEM_NAMES:
             why = tok.text
         elif tok.kind == DIRECTIVE:
             why = _directive_problem(code, tok)

@@ -155,6 +155,19 @@ class ProblemsTest(absltest.TestCase):
             "`default_nettype none // no implicit nets /* not a comment\n" +
             _design("wire [3:0] x;")), [])
 
+    def test_a_subroutine_outside_a_module_is_refused(self):
+        # A third red team's: `disable wait_for_end_of_timestep` binds to the
+        # testbench's task in the full compile and to the sample's own
+        # compilation-unit task when elaborated alone, hiding it from isolation.
+        code = ("task wait_for_end_of_timestep;\n  #1;\nendtask\n" +
+                _design("initial #100 disable wait_for_end_of_timestep;"))
+        self.assertEqual(rtl.problems(code), ["a task outside a module (line 1)"])
+        self.assertEqual(rtl.problems("function integer f;\n  f = 1;\nendfunction\n" +
+                                      _design("")), ["a function outside a module (line 1)"])
+        self.assertEqual(rtl.problems(_design(
+            "function integer f(input integer x);\n  f = x;\nendfunction\n"
+            "task t;\n  begin end\nendtask")), [])
+
     def test_size_and_time_are_bounded(self):
         self.assertStartsWith(rtl.problems(" " * (rtl.MAX_BYTES + 1))[0], "too large")
         # A lone surrogate (JSON's "\udce9" decodes to one) has no UTF-8 form: refused,

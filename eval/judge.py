@@ -395,6 +395,9 @@ def random_draws(testbench):
                 begin = t.start + 1
             elif depth == 0:
                 arguments.append(testbench[begin:t.start])
+                if len(arguments) not in (1, 2):
+                    raise rtl.Unreadable(f"line {tok.line}: $urandom_range with "
+                                         f"{len(arguments)} arguments")
                 draws.append((tok.start, t.start + 1, tok.text, tuple(arguments)))
                 break
         else:
@@ -407,13 +410,9 @@ def reseeded(testbench, draws, module):
     simulation and the verdict `module`'s draw of that name in the second."""
     out, at = [], 0
     for start, end, name, arguments in draws:
-        if name == "$urandom_range":
-            if len(arguments) not in (1, 2):
-                raise rtl.Unreadable(f"$urandom_range with {len(arguments)} arguments")
-            low = arguments[1] if len(arguments) == 2 else "0"
-            mine = f"{module}.urandom_range({arguments[0]}, {low})"
-        else:
-            mine = f"{module}.{name[1:]}()"
+        if len(arguments) == 1:  # $urandom_range(max): min 0
+            arguments = (*arguments, "0")
+        mine = f"{module}.{name[1:]}({', '.join(arguments)})"
         out += [testbench[at:start], f"({module}.second() ? {mine} : {testbench[start:end]})"]
         at = end
     return "".join(out) + testbench[at:]

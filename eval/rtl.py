@@ -256,15 +256,10 @@ def problems(code):
 
 def _problems(code, toks):
     """The first reason `toks` (of `code`) are not RTL, as a list of one; [] for RTL."""
-    depth = 0  # of module and primitive definitions
-    for k, tok in enumerate(toks):
+    for k, (tok, depth) in enumerate(zip(toks, _definition_depths(toks))):
         before = toks[k - 1] if k else None
         after = toks[k + 1] if k + 1 < len(toks) else None
         why = None
-        if tok.kind == WORD and tok.text in DEFINES:
-            depth += 1
-        elif tok.text in ("endmodule", "endprimitive"):
-            depth -= 1
         if tok.kind == WORD and tok.text in ("task", "function") and depth <= 0:
             # The compilation unit's own subroutine: a name the full compile may
             # bind in the testbench instead (`disable`), elaborated alone not.
@@ -298,15 +293,21 @@ def top_level_modules(toks):
     only ones an instance in the sample surely binds to (a nested module or a
     type of the same name elsewhere in the text does not make an instance its
     own: the full compile may bind it to the testbench's)."""
-    names, depth = set(), 0
-    for k, tok in enumerate(toks[:-1]):
+    depths = _definition_depths(toks)
+    return {toks[k + 1].text for k, (tok, depth) in enumerate(zip(toks[:-1], depths))
+            if tok.kind == WORD and tok.text in DEFINES and not depth and toks[k + 1].kind == WORD}
+
+
+def _definition_depths(toks):
+    """For each token, how many module or primitive definitions enclose it (a
+    definition's own keyword not counted)."""
+    depth = 0
+    for tok in toks:
+        yield depth
         if tok.kind == WORD and tok.text in DEFINES:
-            if not depth and toks[k + 1].kind == WORD:
-                names.add(toks[k + 1].text)
             depth += 1
         elif tok.text in ("endmodule", "endprimitive"):
             depth -= 1
-    return names
 
 
 def reaches_outside(code, outside_names=frozenset()):

@@ -119,8 +119,12 @@ class ParityTest(absltest.TestCase):
         chats = data_testing.write_jsonl(tmp, rows + data_testing.CHATS, name="chats.jsonl")
         data = (f"--config.data.source={chats}", f"--config.data.eval_fraction={EVAL_FRACTION}",
                 f"--config.eval_every_steps={EVAL_EVERY}", f"--config.model.name={base}")
+        # The TPU stack on one CPU device: micro-batches of 1 accumulated 8 times, as
+        # the GPU stack's one process does. A step costs half the default 2 x 4
+        # mesh's; that meshes train alike is //training/tpu:k8s_rehearsal_test's.
         cls.init = {"tpu": ("//training/tpu:sft", f"--config.lora.init_from={orbax_dir}",
-                            f"--config.model.name={base}",
+                            f"--config.model.name={base}", "--config.cpu_devices=1",
+                            "--config.mesh.fsdp=1", "--config.mesh.tp=1",
                             f"--config.compilation_cache.dir={tmp}/xla-cache",
                             "--config.compilation_cache.min_compile_s=0"),
                     "gpu": ("//training/gpu:sft", f"--config.lora.init_from={peft_dir}",

@@ -17,10 +17,13 @@ from training.common import wandb_offline
 from training.tpu import compare_runs
 
 STEPS = 4
-# An effective batch of 2 rows (the default is 8) on the default's 2 x 4 mesh:
-# the lifecycle under test is the same at a quarter of the work per step.
+# An effective batch of 2 rows (the default is 8) on one CPU device (the default
+# is a 2 x 4 mesh): the lifecycle under test is the same at a quarter of the
+# work per step, and a run of 4 steps takes 32 s instead of 44. The default
+# mesh, sharded checkpoints and their exact resume are k8s_rehearsal_test's.
 _ARGS = (f"--config.max_steps={STEPS}", "--config.checkpoint_every_steps=2",
-         "--config.checkpoints_to_keep=5", "--config.batch.effective_size=2")
+         "--config.checkpoints_to_keep=5", "--config.batch.effective_size=2",
+         "--config.cpu_devices=1", "--config.mesh.fsdp=1", "--config.mesh.tp=1")
 
 
 def shared_cache():

@@ -212,8 +212,10 @@ class ScannedModelTest(absltest.TestCase):
         model = self.model(scan=True, dtype=dtype)
         model.scan_runs = scan_runs
         graphdef, lora, rest = nnx.split(model, nnx.LoRAParam, ...)
-        _, backward = jax.vjp(
-            lambda lora: forward.loss_sum(nnx.merge(graphdef, lora, rest), self.batch), lora)
+        # The backward function's leaves are what it keeps; traced, not run.
+        backward = jax.eval_shape(lambda lora: jax.vjp(
+            lambda lora: forward.loss_sum(nnx.merge(graphdef, lora, rest), self.batch),
+            lora)[1], lora)
         variables = {x.shape for x in jax.tree.leaves(nnx.state(model))}
         tokens = 3 * self.batch["input_ids"].size
         return [x for x in jax.tree.leaves(backward)

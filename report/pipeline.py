@@ -62,6 +62,10 @@ _SERVE_CONFIG = flags.DEFINE_string("serve_config", "cpu.py", "//serving:bench -
 _BASE_URL = flags.DEFINE_string("base_url", None, "A running vLLM server (serving the base as "
                                 f"'{BASE}' and the fine-tuned model as '{FINETUNED}').")
 _TRAIN_ARGS = flags.DEFINE_list("train_args", [], "Extra flags for both trainers.")
+_TPU_ARGS = flags.DEFINE_list("tpu_args", [], "Extra flags for //training/tpu:sft alone "
+                              "(after --train_args), e.g. --config.cpu_devices=1.")
+_GPU_ARGS = flags.DEFINE_list("gpu_args", [], "Extra flags for //training/gpu:sft alone "
+                              "(after --train_args).")
 _DEMO = flags.DEFINE_bool(
     "demo", None, "Train both stacks on the --sample_problems' own rows (the conversation "
     "the evaluation sends, answered with the reference) from a base that can learn them, "
@@ -159,9 +163,11 @@ def demo_inputs(p, sample_problems, steps):
 
 
 def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, train_args,
-               problems, sample_problems, eval_args, sweep, demo_steps=0, say=print):
+               problems, sample_problems, eval_args, sweep, demo_steps=0, tpu_args=(),
+               gpu_args=(), say=print):
     """Runs `stages` under Pipeline `p`; returns {stage: "ran" | "skipped"}. With
-    `demo_steps`, both trainers learn the sample problems' rows in that many steps."""
+    `demo_steps`, both trainers learn the sample problems' rows in that many steps.
+    `train_args` go to both trainers, then `tpu_args` or `gpu_args` to one."""
     status = {}
     if demo_steps and stages & {"tpu_sft", "gpu_sft"}:
         train_args = [*demo_inputs(p, sample_problems, demo_steps), *train_args]
@@ -187,11 +193,11 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
     tpu, gpu, export = p.path("tpu"), p.path("gpu"), p.path("export")
     stage("tpu_sft", lambda: _tpu_finished(tpu), lambda: p.run(
         "tpu_sft", "//training/tpu:sft", f"--config={tpu_config}", f"--workdir={tpu}",
-        *train_args))
+        *train_args, *tpu_args))
     stage("gpu_sft", lambda: _complete(gpu, "run.json", "adapter/adapter_config.json"),
           lambda: p.run(
         "gpu_sft", "//training/gpu:sft", f"--config={gpu_config}", f"--workdir={gpu}",
-        *train_args))
+        *train_args, *gpu_args))
     stage("export", lambda: _complete(export, "adapter/adapter_config.json",
                                       "merged/config.json"), lambda: p.run(
         "export", "//conversion:export", f"--run_dir={tpu}", "--format=both",
@@ -344,7 +350,8 @@ def main(argv):
         gpu_config=_GPU_CONFIG.value, serve_config=_SERVE_CONFIG.value,
         base_url=_BASE_URL.value, train_args=_TRAIN_ARGS.value, problems=_PROBLEMS.value,
         sample_problems=_SAMPLE_PROBLEMS.value, eval_args=_EVAL_ARGS.value, sweep=_SWEEP.value,
-        demo_steps=_DEMO_STEPS.value if demo else 0)
+        demo_steps=_DEMO_STEPS.value if demo else 0, tpu_args=_TPU_ARGS.value,
+        gpu_args=_GPU_ARGS.value)
     print(f"pipeline finished in {time.time() - started:.0f} s ({status}); report: "
           f"{storage.join(workdir, 'report', 'report.html')}")
 

@@ -19,9 +19,12 @@ from common import binaries
 from report import pipeline as pipeline_lib
 
 # The demo on two short sample tasks: both stacks learn their rows, greedy answers.
+# The TPU stack on one CPU device (its steps twice as fast as on cpu.py's 2 x 4
+# mesh, which k8s_rehearsal_test trains on).
 ARGS = ("--demo_steps=30", "--problems=Prob001_zero,Prob005_notgate",
         "--eval_args=--n=1,--temperature=0.0,--max_tokens=128",
-        "--sample_problems=Prob008_parity_gen,Prob022_dff_srst", "--sweep=64x4")
+        "--sample_problems=Prob008_parity_gen,Prob022_dff_srst", "--sweep=64x4",
+        "--tpu_args=--config.cpu_devices=1,--config.mesh.fsdp=1,--config.mesh.tp=1")
 
 
 def pipeline(workdir, *extra):
@@ -56,6 +59,9 @@ class PipelineTest(absltest.TestCase):
         tails = "".join(f"\n== {name}\n{open(os.path.join(logs, name)).read()[-2000:]}"
                         for name in sorted(os.listdir(logs))) if os.path.isdir(logs) else ""
         self.assertEqual(first.returncode, 0, first.stdout + first.stderr[-3000:] + tails)
+        print(first.stdout)  # each stage and its seconds
+        with open(os.path.join(workdir, "tpu", "run.json")) as f:
+            self.assertEqual(json.load(f)["devices"], 1)  # --tpu_args: the TPU trainer's
         with open(os.path.join(workdir, "report", "report.json")) as f:
             report = json.load(f)
         # Both training runs, on the CPU machine: figures from their metrics.

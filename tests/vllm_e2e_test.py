@@ -7,8 +7,9 @@ layer) takes: both models answering differently, prompt log-probs against
 transformers + PEFT, vLLM's own rendering of a training prompt, image prompts
 against transformers, a benchmark sweep, a load test past saturation, //eval:verilog_eval on
 3 problems (n=2, resumed, then the reference study's protocol), and last a
-death mid-sweep. Two more starts serve the merged models (PEFT's merge and the
-TPU export's). Each start costs ~2 min on 2 cores, so scenarios share them.
+death mid-sweep. One more start serves the TPU export's merged model (PEFT's
+merge, which no path of ours makes, is the image scenario's transformers
+reference only). Each start costs ~1 min on 2 cores, so scenarios share them.
 Every server requires an API key (VLLM_API_KEY, in the environment only): every
 request sends it, and its value is written nowhere and shown to no `ps`.
 """
@@ -415,10 +416,11 @@ class VllmEndToEndTest(absltest.TestCase):
         self.assertIsNone(summary["input_lengths"]["32"]["dollars_per_million_output_tokens"])
 
     def test_3_load_past_saturation_has_no_failures(self):
-        summary = self._sweep(os.path.join(self.tmp, "load"), (32,), (64.0,), prompts=200,
+        # 100 requests sent within 1.6 s to a server that answers a few per second.
+        summary = self._sweep(os.path.join(self.tmp, "load"), (32,), (64.0,), prompts=100,
                               output_len=4)
         point = summary["input_lengths"]["32"]["points"][0]
-        self.assertEqual((point["status"], point["completed"], point["failed"]), ("ok", 200, 0))
+        self.assertEqual((point["status"], point["completed"], point["failed"]), ("ok", 100, 0))
 
     def test_4_verilog_eval_through_the_server(self):
         out = os.path.join(self.tmp, "eval")
@@ -459,27 +461,24 @@ class VllmEndToEndTest(absltest.TestCase):
         with open(os.path.join(out, "config.json")) as f:
             self.assertEqual(json.load(f)["model"], "codev")
 
-    def test_4b_merged_models_serve(self):
-        self.assertIn("codev", self.vllm_logprobs, "test_1b must run first")
-        gaps = {}
-        # PEFT's merge of the GPU-style adapter, and the TPU stack's merged export.
-        for name, path in (("codev", self.merged), ("tpu", self.tpu_export["merged"])):
-            server, record = launcher.launch(self.config, path, {}, "127.0.0.1",
-                                             launcher.free_port(),
-                                             os.path.join(self.tmp, f"serve-merged-{name}"),
-                                             echo=False)
-            try:
-                self.assertTrue(_chat(record["base_url"], path))
-                merged = _served_logprobs(record["base_url"], path, self.token_ids)
-            finally:
-                server.stop()
-            gaps[name] = {"vs_vllm_adapter": _max_gap(merged, self.vllm_logprobs[name]),
-                          "vs_transformers_peft": _max_gap(merged,
-                                                           self.transformers_logprobs[name])}
+    def test_4b_merged_model_serves(self):
+        # The TPU stack's merged export, what //:pipeline serves to a backend without
+        # LoRA (PEFT's merge is no output of ours).
+        self.assertIn("tpu", self.vllm_logprobs, "test_1b must run first")
+        path = self.tpu_export["merged"]
+        server, record = launcher.launch(self.config, path, {}, "127.0.0.1",
+                                         launcher.free_port(),
+                                         os.path.join(self.tmp, "serve-merged-tpu"), echo=False)
+        try:
+            self.assertTrue(_chat(record["base_url"], path))
+            merged = _served_logprobs(record["base_url"], path, self.token_ids)
+        finally:
+            server.stop()
+        gaps = {"vs_vllm_adapter": _max_gap(merged, self.vllm_logprobs["tpu"]),
+                "vs_transformers_peft": _max_gap(merged, self.transformers_logprobs["tpu"])}
         print(json.dumps({"merged": gaps}))
-        for name, pair in gaps.items():
-            for what, gap in pair.items():
-                self.assertLess(gap, TOLERANCE, f"{name} {what}")
+        for what, gap in gaps.items():
+            self.assertLess(gap, TOLERANCE, what)
 
     def test_5_server_death_mid_sweep_keeps_partial_results(self):
         out = os.path.join(self.tmp, "dying")

@@ -62,8 +62,9 @@ _SERVE_CONFIG = flags.DEFINE_string("serve_config", "cpu.py", "//serving:bench -
 _BASE_URL = flags.DEFINE_string("base_url", None, "A running vLLM server (serving the base as "
                                 f"'{BASE}' and the fine-tuned model as '{FINETUNED}').")
 _TRAIN_ARGS = flags.DEFINE_list("train_args", [], "Extra flags for both trainers.")
-_TPU_ARGS = flags.DEFINE_list("tpu_args", [], "Extra flags for //training/tpu:sft alone "
-                              "(after --train_args), e.g. --config.cpu_devices=1.")
+_TPU_ARGS = flags.DEFINE_list(
+    "tpu_args", [], "Extra flags for //training/tpu:sft alone (after --train_args), e.g. "
+    "--config.cpu_devices=1,--config.mesh.fsdp=1,--config.mesh.tp=1 (one CPU device).")
 _GPU_ARGS = flags.DEFINE_list("gpu_args", [], "Extra flags for //training/gpu:sft alone "
                               "(after --train_args).")
 _DEMO = flags.DEFINE_bool(

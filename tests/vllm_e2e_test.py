@@ -416,11 +416,12 @@ class VllmEndToEndTest(absltest.TestCase):
         self.assertIsNone(summary["input_lengths"]["32"]["dollars_per_million_output_tokens"])
 
     def test_3_load_past_saturation_has_no_failures(self):
-        # 100 requests sent within 1.6 s to a server that answers a few per second.
-        summary = self._sweep(os.path.join(self.tmp, "load"), (32,), (64.0,), prompts=100,
+        # 200 requests: past the server's 128 sequences at once (vLLM's max_num_seqs),
+        # so that some wait in its queue.
+        summary = self._sweep(os.path.join(self.tmp, "load"), (32,), (64.0,), prompts=200,
                               output_len=4)
         point = summary["input_lengths"]["32"]["points"][0]
-        self.assertEqual((point["status"], point["completed"], point["failed"]), ("ok", 100, 0))
+        self.assertEqual((point["status"], point["completed"], point["failed"]), ("ok", 200, 0))
 
     def test_4_verilog_eval_through_the_server(self):
         out = os.path.join(self.tmp, "eval")
@@ -465,6 +466,9 @@ class VllmEndToEndTest(absltest.TestCase):
         # The TPU stack's merged export, what //:pipeline serves to a backend without
         # LoRA (PEFT's merge is no output of ours).
         self.assertIn("tpu", self.vllm_logprobs, "test_1b must run first")
+        # The export's LoRA moves the log-probs: a merge that dropped it would show.
+        self.assertGreater(_max_gap(self.vllm_logprobs["tpu"], self.vllm_logprobs["base"]),
+                           100 * TOLERANCE)
         path = self.tpu_export["merged"]
         server, record = launcher.launch(self.config, path, {}, "127.0.0.1",
                                          launcher.free_port(),

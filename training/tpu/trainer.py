@@ -15,6 +15,7 @@ import jax
 import numpy as np
 from jax.experimental import multihost_utils
 from jax.experimental.compilation_cache import compilation_cache
+from orbax.checkpoint import multihost as orbax_multihost
 
 from common import cli
 from common import machines
@@ -131,6 +132,27 @@ def check_devices(config):
 def _sync(name):
     if jax.process_count() > 1:
         multihost_utils.sync_global_devices(name)
+
+
+# How long a process waits for the others to compile the step (every one
+# compiles it, or loads it from the compilation cache, before any runs it).
+COMPILE_BARRIER_S = 3600
+
+
+def _compile_on_every_process(train, *args):
+    """Compiles the step for `args` on every process before any process runs it.
+
+    The step's collectives wait for a peer only so long: on CPU, Gloo gives up
+    after 30 s, so a process that finished compiling that much before another
+    failed the first step (two processes sharing 2 busy cores). The barrier
+    here is the distributed runtime's (no collective), with a timeout of its
+    own; the step then runs the executable compiled here."""
+    if jax.process_count() == 1:
+        return
+    train.lower(*args).compile()
+    orbax_multihost.sync_global_processes(
+        "g4_step_compiled", timeout=COMPILE_BARRIER_S,
+        processes=set(range(jax.process_count())))
 
 
 def _any_process(flag):
@@ -279,7 +301,7 @@ def _loop(run, state, step, data_iterator, checkpoints, cache=None):
     schedule = optimizer_lib.learning_rate_schedule(config.optimizer, run.total_steps)
     batch_shape = mesh_plan.batch_shape(config)
     lora, opt_state = state.lora, state.opt_state
-    progress, first_logged = None, False
+    progress, first_logged, compiled = None, False, False
     if main:
         from tqdm import tqdm  # pylint: disable=import-outside-toplevel
         progress = tqdm(total=run.total_steps, initial=step, desc="train", unit="step",
@@ -289,6 +311,10 @@ def _loop(run, state, step, data_iterator, checkpoints, cache=None):
             started = time.time()
             batch = _global_batch(data_iterator, batch_shape, state.batch_sharding)
             key = train_step.step_key(config, step)
+            if not compiled:
+                _compile_on_every_process(state.step.train, lora, opt_state, state.base,
+                                          state.rngs, batch, key)
+                compiled = True
             lora, opt_state, metrics = state.step.train(lora, opt_state, state.base,
                                                         state.rngs, batch, key)
             metrics = jax.device_get(metrics)

@@ -59,9 +59,11 @@ def _jobset(workdir):
     return documents[0]
 
 
-def _metric(workdir, name="loss"):
-    text = storage.read_text(storage.join(workdir, "metrics.jsonl"))
-    return [json.loads(line)[name] for line in text.splitlines()]
+def _metrics(workdir):
+    """{name: [value per step]} of a run's metrics.jsonl."""
+    records = [json.loads(line) for line in
+               storage.read_text(storage.join(workdir, "metrics.jsonl")).splitlines()]
+    return {name: [r[name] for r in records] for name in ("loss", "grad_norm")}
 
 
 def _committed_steps(workdir):
@@ -117,16 +119,17 @@ class RehearsalTest(absltest.TestCase):
             self.assertEqual((info["processes"], info["devices"], info["accumulation_steps"]),
                              (2, 8, 2))
             self.assertEqual(run_dir_lib.read_run_info(single)["accumulation_steps"], 4)
-            self.assertLen(_metric("gs://bkt/whole"), STEPS)
+            got, want = _metrics("gs://bkt/whole"), _metrics(single)
+            self.assertLen(got["loss"], STEPS)
             # The same rows, gradients and updates. Step 1's rate is 0 (warmup): the
             # losses and gradient norms of steps 1 and 2 agree to float32's sum order
             # (gradient norms 6e-7 and 1.1e-5 apart, measured; a reduction gone wrong
             # is off by far more), which Adam's normalised updates amplify from step
             # 2's update on.
             for name in ("loss", "grad_norm"):
-                np.testing.assert_allclose(_metric("gs://bkt/whole", name)[:2],
-                                           _metric(single, name)[:2], rtol=1e-4, err_msg=name)
-            np.testing.assert_allclose(_metric("gs://bkt/whole"), _metric(single), rtol=5e-3)
+                np.testing.assert_allclose(got[name][:2], want[name][:2], rtol=1e-4,
+                                           err_msg=name)
+            np.testing.assert_allclose(got["loss"], want["loss"], rtol=5e-3)
 
             signalled, resumed_from = [], []
 

@@ -225,6 +225,15 @@ def _listing(url):
             for name, info in found.items() if info.get("type") != "directory"}
 
 
+def list_names(url):
+    """The names (relative to `url`, sorted) of the objects under the gs:// prefix
+    `url`; `["."]` when `url` is one object."""
+    try:
+        return sorted(_listing(url))
+    except Exception as e:  # gcsfs raises HttpError, OSError subclasses and auth errors
+        raise StorageError(f"cannot read {url}: {_explain(url, e)}") from e
+
+
 def _progress(total, desc):
     from tqdm import tqdm  # pylint: disable=import-outside-toplevel
     return tqdm(total=total, unit="B", unit_scale=True, desc=desc,

@@ -210,7 +210,7 @@ class ExportTest(parameterized.TestCase):
             "effective_batch": 8, "packing": True,
             "recipe": lifecycle.recipe(config, 10),
             "data": {"source": "hf://datasets/zhuyaoyu/CodeV-R1-dataset/codev_r1_sft.jsonl",
-                     "format": "codev", "rows_read": 120, "rows_not_read": 5, "kept": 117,
+                     "format": "codev", "rows_read": 120, "rows_capped": 5, "kept": 117,
                      "dropped": {"no_code": 2, "too_long": 1}, "trained_tokens": 40000,
                      "tokens": 52000}})
         with open(os.path.join(run, "metrics.jsonl"), "w") as f:
@@ -237,7 +237,7 @@ class ExportTest(parameterized.TestCase):
             for text in (f"LoRA rank / alpha / dropout | {config.lora.rank} / "
                          f"{float(config.lora.alpha)} / {config.lora.dropout}",
                          "rows: 120 read, 117 kept, dropped 3 (no_code 2, too_long 1); "
-                         "5 not read", "tokens: 52000, of which trained (the answers): 40000",
+                         "5 capped (not read)", "tokens: 52000, of which trained (the answers): 40000",
                          "final training loss: 0.2500 (step 10)",
                          "validation loss: 0.3750 (step 10, 900 tokens)",
                          "pass@1: 0.625, 95% interval [0.550, 0.700] (156 problems",

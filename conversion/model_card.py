@@ -107,7 +107,7 @@ def card(kind, *, provenance, info, records, hub_base, base_dir, model_name,
               f"- rows: {data.get('rows_read')} read, {data.get('kept')} kept, dropped "
               f"{sum((data.get('dropped') or {}).values())} "
               f"({', '.join(f'{k} {v}' for k, v in (data.get('dropped') or {}).items()) or 'none'})"
-              f"; {data.get('rows_not_read') or 0} not read",
+              f"; {data.get('rows_capped', data.get('rows_not_read')) or 0} capped (not read)",
               f"- tokens: {data.get('tokens')}, of which trained (the answers): "
               f"{data.get('trained_tokens')}", ""]
     train, evaluation = losses(records)

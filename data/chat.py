@@ -47,6 +47,15 @@ class Conversation:
 
 
 @dataclasses.dataclass(frozen=True)
+class Text:
+    """Text already formatted (TRL's `text` column), trained as language modelling,
+    as TRL trains it: every token is a target. The tokenizer's BOS goes first
+    unless the text starts with it (text rendered by a chat template does), and
+    its EOS last unless the text ends with it."""
+    text: str
+
+
+@dataclasses.dataclass(frozen=True)
 class Encoded:
     input_ids: np.ndarray  # int32 [length]
     loss_mask: np.ndarray  # int32 [length], 1 where the token is a training target
@@ -195,7 +204,12 @@ class ChatEncoder:
         return prompt, tuple(spans)
 
     def encode_many(self, conversations):
-        """Encodes several conversations with two batched tokenizer calls."""
+        """Encodes several conversations (and `Text`s) with two batched tokenizer calls."""
+        if any(isinstance(c, Text) for c in conversations):
+            texts = iter(self._encode_texts([c for c in conversations if isinstance(c, Text)]))
+            chats = iter(self.encode_many([c for c in conversations
+                                           if not isinstance(c, Text)]))
+            return [next(texts if isinstance(c, Text) else chats) for c in conversations]
         rendered = [self.render(c) for c in conversations]
         if not rendered:
             return []
@@ -212,6 +226,20 @@ class ChatEncoder:
                     + [1] * len(generated) + self._end_of_turn_mask(ending))
             out.append(Encoded(np.asarray(prompt_ids + generated + ending, np.int32),
                                np.asarray(mask, np.int32)))
+        return out
+
+    def _encode_texts(self, texts):
+        tokenizer = self._tokenizer
+        bos, eos = tokenizer.bos_token, tokenizer.eos_token
+        ids = tokenizer([t.text if not eos or t.text.endswith(eos) else t.text + eos
+                         for t in texts], add_special_tokens=False)["input_ids"]
+        out = []
+        for text, row in zip(texts, ids):
+            if bos and not text.text.startswith(bos):
+                row = [tokenizer.bos_token_id] + row
+            mask = np.ones(len(row), np.int32)
+            mask[0] = 0  # nothing before it to predict it from
+            out.append(Encoded(np.asarray(row, np.int32), mask))
         return out
 
     def encode(self, messages, tools=None, first_trained=0):

@@ -34,6 +34,11 @@ one (a rename with `data.columns` comes first):
   * `codev`: CodeV-R1's `system` (optional), `prompt` and `response`, with its
     policies (data/codev.py): the reasoning stripped or kept as Gemma 4
     thinking, and an answer without a Verilog module dropped as `no_code`.
+  * `text` (TRL's language-modelling format): text already formatted, perhaps
+    by a chat template; every token of it is trained, as TRL trains it
+    (data/chat.py, `Text`), chat markup and user turns included. To train the
+    answers only, give the conversations as `messages`.
+        {"text": "<|turn>user\nAdd 2 and 3.<turn|>\n<|turn>model\n5<turn|>\n"}
 
 Text is text: a string in `prompt`, `completion`, `output`, `value` or a
 message's `content` trains as the characters it holds, even when they look like
@@ -52,7 +57,7 @@ from data import chat
 from data import codev
 from data import sources
 
-FORMATS = ("auto", "messages", "prompt_completion", "alpaca", "sharegpt", "codev")
+FORMATS = ("auto", "messages", "prompt_completion", "alpaca", "sharegpt", "codev", "text")
 SYSTEM_POLICIES = ("auto", "keep", "drop")  # auto: drop for codev, keep otherwise
 ROLES = ("system", "developer", "user", "assistant", "tool")
 # ShareGPT's role names (`from`) -> ours; FUNCTION_CALL turns become tool calls.
@@ -104,11 +109,14 @@ def detect(columns):
         return "alpaca"
     if {"prompt", "response"} <= columns:
         return "codev"
+    if "text" in columns:
+        return "text"
     raise sources.DataError(
         f"cannot tell the data format from the columns {', '.join(sorted(columns))}: "
         "expected `messages` (chat, OpenAI), `conversations` (ShareGPT), `prompt` and "
-        "`completion`, `instruction` and `output` (Alpaca), or CodeV-R1's `prompt` and "
-        "`response`; rename columns with data.columns=old=new,... or set data.format")
+        "`completion`, `instruction` and `output` (Alpaca), CodeV-R1's `prompt` and "
+        "`response`, or `text` (already formatted); rename columns with "
+        "data.columns=old=new,... or set data.format")
 
 
 def _found(value):
@@ -287,6 +295,12 @@ class Converter:
     def __call__(self, fields):
         if self.format == "codev":
             return self._codev(fields)
+        if self.format == "text":
+            text = _text_field(fields, "text")
+            if not text.strip():
+                raise sources.SkipRow(sources.EMPTY, "text: expected text to train on, found "
+                                      "an empty string")
+            return chat.Text(text)
         fields = {k: _structure(v, k) if k in STRUCTURED else v for k, v in fields.items()}
         messages, first_trained = getattr(self, "_" + self.format)(fields)
         if not self._keep_system:
@@ -369,13 +383,14 @@ class Converter:
 class Conversations:
     """The rows of the configured source as (row number, `chat.Conversation`) or `Skip`.
 
-    `format` is known once the first row is read; `records` has the cap's counts."""
+    `format` is known once the first row is read; `records` has the cap's counts.
+    `max_rows`: the first rows read (0: all), data/pipeline.py's `row_cap`."""
 
-    def __init__(self, config):
+    def __init__(self, config, max_rows=0):
         self._config = config
         self._rename = column_map(config.columns)
         self.records = sources.read(config.source, subset=config.subset, split=config.split,
-                                    max_rows=config.max_rows,
+                                    max_rows=max_rows,
                                     encoding=config.encoding)
         self.format = None
 

@@ -187,7 +187,9 @@ class FormatsTest(absltest.TestCase):
                       "joined.jsonl": "alpaca", "openai.jsonl": "messages",
                       "messages_as_text.csv": "messages", "spreadsheet.csv": "prompt_completion",
                       "spreadsheet.csv.gz": "prompt_completion", "bom.json": "messages",
-                      "json_looking.jsonl": "prompt_completion"}
+                      "json_looking.jsonl": "prompt_completion", "text.jsonl": "text",
+                      "shards": "messages", "hub_layout": "alpaca",
+                      "csv_parts": "prompt_completion"}
         for name, (path, rows) in shaped.items():
             if name == "latin1.jsonl":
                 continue  # below: it needs data.encoding
@@ -197,6 +199,27 @@ class FormatsTest(absltest.TestCase):
                 self.assertEqual((report.rows_read, report.kept, dict(report.dropped)),
                                  (rows, rows, {}))
                 self.assertTrue(all(e.loss_mask.any() for e in examples))
+
+    def test_text_rows_train_every_token_as_trl_does(self):
+        path = testing.write_jsonl(self.create_tempdir().full_path,
+                                   testing.TEXTS + [{"text": " "}, {"text": 3}])
+        examples, report = self._encode(source=path)
+        self.assertEqual(report.format, "text")
+        self.assertEqual(dict(report.dropped_rows), {sources.EMPTY: [4],
+                                                     sources.NOT_A_STRING: [5]})
+        bos, eos = self.tokenizer.bos_token_id, self.tokenizer.eos_token_id
+        for row, example in zip(testing.TEXTS, examples):
+            ids = example.input_ids.tolist()
+            # One BOS first (the rendered chat's own <bos> not doubled), EOS last.
+            self.assertEqual((ids[0], ids.count(bos), ids[-1]), (bos, 1, eos))
+            self.assertEqual(self.tokenizer.decode(ids[1:-1]),
+                             row["text"].removeprefix(self.tokenizer.bos_token))
+            self.assertEqual(example.loss_mask.tolist(), [0] + [1] * (len(ids) - 1))
+        # Text that ends with EOS keeps the one it has.
+        ended = testing.write_jsonl(self.create_tempdir().full_path,
+                                    [{"text": "Done." + self.tokenizer.eos_token}])
+        (example,), _ = self._encode(source=ended)
+        self.assertEqual(example.input_ids.tolist().count(eos), 1)
 
     def test_answers_that_look_like_json_train_as_text(self):
         shaped = testing.write_shaped_data(self.create_tempdir().full_path)

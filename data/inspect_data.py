@@ -46,7 +46,9 @@ def figures(config, tokenizer):
         "source": config.source,
         "format": report.format,
         "rows_read": report.rows_read,
-        "rows_not_read": report.not_read,
+        "max_rows": report.max_rows,  # the cap (0: none)
+        "rows_capped": report.not_read,  # rows of the source past it, never read
+        "truncated": report.truncated,
         "kept": report.kept,
         "dropped": {reason: report.dropped[reason] for reason in sources.SKIP_REASONS
                     if report.dropped[reason]},
@@ -70,7 +72,8 @@ def format_text(f):
     lines = [f"source          {f['source']}",
              f"format          {f['format']}",
              f"rows read       {f['rows_read']}"
-             + (f"  ({f['rows_not_read']} more not read: max_rows)" if f["rows_not_read"] else ""),
+             + (f"  ({f['rows_capped']} more not read: capped at data.max_rows="
+                f"{f['max_rows']})" if f["max_rows"] else "  (every row: none capped)"),
              f"kept            {f['kept']}",
              f"dropped         {sum(f['dropped'].values())}"]
     for reason, count in f["dropped"].items():

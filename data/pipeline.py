@@ -21,6 +21,14 @@ LONG_ROW_POLICIES = ("drop", "truncate")
 _CHUNK = 512  # rows rendered and tokenized per batched tokenizer call
 
 
+# The reference recipe's data: the first 10,000 rows of CodeV-R1's SFT file.
+REFERENCE_SOURCE = "hf://datasets/zhuyaoyu/CodeV-R1-dataset/codev_r1_sft.jsonl"
+REFERENCE_ROWS = 10_000
+# `data.max_rows` of the reference configs: the reference's cap on the
+# reference's source only; any other source is read whole.
+REFERENCE_CAP = -1
+
+
 def default_config():
     """The data fields of the training config (training/common/hparams.py adds them)."""
     c = config_dict.ConfigDict()
@@ -28,7 +36,7 @@ def default_config():
     # .gz, .bz2, .xz or .zst) or a folder written by datasets, local or gs://;
     # a file of a Hub data set as hf://datasets/OWNER/NAME/FILE; or a Hub data
     # set id read by datasets.
-    c.source = "hf://datasets/zhuyaoyu/CodeV-R1-dataset/codev_r1_sft.jsonl"
+    c.source = REFERENCE_SOURCE
     # messages, prompt_completion, alpaca, sharegpt or codev (data/formats.py);
     # auto: from the columns.
     c.format = "auto"
@@ -37,7 +45,10 @@ def default_config():
     c.encoding = "utf-8"  # of text files (JSON, JSON Lines, CSV, TSV), compressed or not
     c.subset = ""  # a Hub data set's subset (its config name)
     c.split = "train"  # the split of a Hub data set or of a datasets folder
-    c.max_rows = 0  # the first N rows of the source (0: all); the rest are counted
+    # The first N rows of the source (0: all), the rest counted as capped; -1
+    # (REFERENCE_CAP, the reference configs'): REFERENCE_ROWS of REFERENCE_SOURCE
+    # and every row of any other source.
+    c.max_rows = 0
     c.shuffle_seed = 42
     c.max_seq_len = 3072
     c.epochs = 1
@@ -59,7 +70,9 @@ def default_config():
 class Report:
     """What happened to the rows: the figures `//data:inspect` prints."""
     rows_read: int = 0
-    not_read: int = 0  # rows past data.max_rows
+    max_rows: int = 0  # the cap applied (row_cap), 0 for none
+    not_read: int = 0  # rows of the source past the cap: capped, never read
+    truncated: int = 0  # rows cut to data.max_seq_len (data.long_rows=truncate)
     format: str = ""
     kept: int = 0
     dropped: dict = dataclasses.field(default_factory=lambda: collections.Counter())
@@ -115,6 +128,7 @@ def encode_rows(conversations, encoder, config, progress=None):
                     continue
                 example = chat.Encoded(example.input_ids[:config.max_seq_len],
                                        example.loss_mask[:config.max_seq_len])
+                report.truncated += 1
                 if not example.loss_mask.any():
                     report.drop(number, sources.TOO_LONG,
                                 f"expected a trained token in the first {config.max_seq_len} "
@@ -140,7 +154,20 @@ def encode_rows(conversations, encoder, config, progress=None):
     report.format = getattr(conversations, "format", None) or ""
     records = getattr(conversations, "records", None)
     report.not_read = records.not_read if records is not None else 0
+    report.max_rows = records.max_rows if records is not None else 0
     return examples, report
+
+
+def row_cap(config):
+    """The number of rows of `config.source` read (0: all): `max_rows`, with
+    REFERENCE_CAP resolved for the source."""
+    if config.max_rows == REFERENCE_CAP:
+        return REFERENCE_ROWS if config.source == REFERENCE_SOURCE else 0
+    if config.max_rows < 0:
+        raise sources.DataError(f"data.max_rows={config.max_rows}: a number of rows, 0 for "
+                                f"all (or {REFERENCE_CAP}: the reference's {REFERENCE_ROWS:,} "
+                                "rows of its CodeV-R1 file, all of any other source)")
+    return config.max_rows
 
 
 def encoder_for(tokenizer, config):
@@ -151,8 +178,8 @@ def encoder_for(tokenizer, config):
 
 def encode(config, tokenizer, progress=None):
     """Reads and encodes the data set `config` describes: (examples, Report)."""
-    return encode_rows(formats.Conversations(config), encoder_for(tokenizer, config), config,
-                       progress)
+    return encode_rows(formats.Conversations(config, row_cap(config)),
+                       encoder_for(tokenizer, config), config, progress)
 
 
 def shuffled(examples, seed, epochs=1):
@@ -207,7 +234,7 @@ def split_validation(config, tokenizer, examples):
         return examples, None, None
     eval_config = config_dict.ConfigDict(config.to_dict())
     eval_config.update(source=config.eval_source or config.source,
-                       split=config.eval_split or config.split, max_rows=0)
+                       split=config.eval_split or config.split, max_rows=0)  # whole
     held, report = encode(eval_config, tokenizer)
     if report.trained_tokens == 0:
         raise sources.DataError(

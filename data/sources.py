@@ -10,11 +10,19 @@ A source is one of:
     `NAME.jsonl.gz` (gzip), `.bz2`, `.xz` or `.zst` (zstd); read as UTF-8
     unless `encoding` says otherwise, a byte-order mark at the start of the file
     or of a line ignored, CRLF line ends as LF;
+  * a folder of such files (shards: `train-00000-of-00004.jsonl`, ...), read one
+    after the other in name order. When file or folder names name splits, as the
+    Hub lays data sets out (`data/train-00000-of-00004.parquet`,
+    `test.jsonl`, `validation/part-0.jsonl`; aliases `training`, `val`,
+    `valid`, `dev`, `testing`, `eval`), `split` picks the files; READMEs,
+    hidden files and other types are left aside;
+  * a glob over such files (`shards/*.jsonl.gz`, `**/train-*.parquet`);
   * a local folder written by `datasets` (`Dataset.save_to_disk`); a
     `DatasetDict` folder gives its `split`;
-  * a gs:// URL of such a file (copied to the local cache first);
-  * one file of a Hugging Face Hub data set, `hf://datasets/OWNER/NAME/PATH`
-    (downloaded into the Hugging Face cache, then read as a local file);
+  * a gs:// URL of such a file, folder or glob (copied to the local cache first);
+  * a file, folder or glob of a Hugging Face Hub data set,
+    `hf://datasets/OWNER/NAME/PATH` (`.../data/train-*.parquet`; downloaded
+    into the Hugging Face cache, then read as local files);
   * a Hugging Face Hub data set id (`owner/name`), read with `datasets.load_dataset`
     with its `subset` (the Hub's name for a config) and `split`.
 
@@ -30,7 +38,10 @@ import bz2
 import codecs
 import csv
 import dataclasses
+import fnmatch
+import glob
 import gzip
+import re
 import io
 import json
 import lzma
@@ -48,6 +59,16 @@ SAMPLE_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "sample",
 HUB_FILE = "hf://datasets/"
 FILE_TYPES = (".jsonl", ".json", ".parquet", ".csv", ".tsv")
 COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")  # of the text types: `chats.jsonl.gz`
+GLOB_CHARS = "*?["
+# A folder's split, named by a folder or at the start of a file name, as the Hub
+# lays data sets out (`data/train-00000-of-00004.parquet`), with the usual aliases.
+_SPLIT_ALIASES = {"training": "train", "valid": "validation", "val": "validation",
+                  "dev": "validation", "testing": "test", "eval": "test"}
+_SPLIT_NAME = re.compile(r"(train|training|validation|valid|val|dev|test|testing|eval)"
+                         r"(?:[-_.0-9]|$)")
+# Files of a folder that describe it, not rows (`datasets`' metadata).
+_METADATA = frozenset({"dataset_info.json", "dataset_infos.json", "state.json",
+                       "dataset_dict.json"})
 
 # Skip reasons, in the order reports list them.
 INVALID_JSON = "invalid_json"
@@ -102,7 +123,7 @@ class Records:
 
     def __init__(self, rows, max_rows=0):
         self._rows = rows  # (iterator factory, row count function)
-        self._max_rows = max_rows
+        self.max_rows = max_rows
         self.total = None
         self.not_read = 0
 
@@ -110,9 +131,9 @@ class Records:
         iterate, count = self._rows
         number = 0
         for number, item in enumerate(iterate(), start=1):
-            if self._max_rows and number > self._max_rows:
+            if self.max_rows and number > self.max_rows:
                 self.total = count()
-                self.not_read = self.total - self._max_rows
+                self.not_read = self.total - self.max_rows
                 return
             yield item if isinstance(item, Skip) else _record(number, item)
         self.total = number
@@ -281,18 +302,6 @@ def _hub_dataset(repo_id, subset, split):
         raise DataError(f"cannot load Hub data set {where}: {e}") from e
 
 
-def _hub_file(url):
-    parts = url[len(HUB_FILE):].split("/", 2)
-    if len(parts) < 3 or not all(parts):
-        raise DataError(f"{url}: a Hub data set file is {HUB_FILE}OWNER/NAME/PATH")
-    from huggingface_hub import hf_hub_download  # pylint: disable=import-outside-toplevel
-    try:
-        return hf_hub_download(repo_id="/".join(parts[:2]), filename=parts[2],
-                               repo_type="dataset")
-    except Exception as e:  # network, auth and missing-file errors alike
-        raise DataError(f"cannot download {url}: {e}") from e
-
-
 def _synthetic(source):
     count = source[len(SYNTHETIC):]
     if not count.isdigit() or not int(count):
@@ -304,37 +313,180 @@ def _synthetic(source):
     return (lambda: synthetic.rows(int(count), words), lambda: int(count))
 
 
-def local_path(source):
-    """The local file or folder of a file-like source (`sample`, a path, a gs:// URL),
+def _is_glob(source):
+    return any(c in source for c in GLOB_CHARS)
+
+
+def _matches(pattern, name):
+    """Whether the relative `name` matches `pattern` segment by segment: `*`, `?` and
+    `[...]` within a segment, `**` any number of segments (as `glob` matches)."""
+    def match(parts, names):
+        if not parts:
+            return not names
+        if parts[0] == "**":
+            return any(match(parts[1:], names[i:]) for i in range(len(names) + 1))
+        return bool(names) and fnmatch.fnmatchcase(names[0], parts[0]) and match(parts[1:],
+                                                                                   names[1:])
+    return match(pattern.split("/"), name.split("/"))
+
+
+def _glob_root(source):
+    """(the part of `source` before its first segment with a wildcard, the rest)."""
+    parts = source.split("/")
+    first = next(i for i, part in enumerate(parts) if _is_glob(part))
+    return "/".join(parts[:first]), "/".join(parts[first:])
+
+
+def _file_type(name):
+    """`.jsonl`, `.parquet`, ... of a data file's name (under its compression), or None."""
+    stem, suffix = os.path.splitext(name.lower())
+    if suffix in COMPRESSIONS:
+        stem, suffix = os.path.splitext(stem)
+    return suffix if suffix in FILE_TYPES else None
+
+
+def _split_of(name):
+    """The split a data file's relative path names (a folder `train/`, a file
+    `train-00000-of-00004.parquet`, `test.jsonl`), or None."""
+    segments = name.split("/")
+    segments[-1] = segments[-1].split(".", 1)[0]
+    for segment in segments:
+        match = _SPLIT_NAME.match(segment.lower())
+        if match:
+            return _SPLIT_ALIASES.get(match.group(1), match.group(1))
+    return None
+
+
+def _data_files(names, split, where):
+    """The names among `names` (relative paths in the folder `where`) that hold the
+    rows of `split`: data files only (READMEs, hidden files and `datasets`' own
+    metadata left aside); when some name a split (the Hub's
+    `data/train-00000-of-00004.parquet`, `train.jsonl`, `test/part-0.jsonl`), those
+    of `split` (the train split: the files that name no split, if none names it);
+    otherwise all of them, as one `train` split."""
+    data = [n for n in names if _file_type(n) and os.path.basename(n) not in _METADATA
+            and not any(part.startswith((".", "_")) for part in n.split("/"))]
+    if not data:
+        raise DataError(f"{where}: no data file in it (expected {', '.join(FILE_TYPES)} files, "
+                        "compressed or not, or a folder written by datasets); found "
+                        f"{', '.join(names[:5]) or 'nothing'}")
+    splits = {n: _split_of(n) for n in data}
+    named = sorted({s for s in splits.values() if s})
+    wanted = _SPLIT_ALIASES.get(split.lower(), split.lower())
+    if not named:
+        if wanted != "train":
+            raise DataError(f"{where}: no file names a split, so its {len(data)} files are "
+                            f"the train split; there is no split {split!r} (set data.split)")
+        return sorted(data)
+    chosen = sorted(n for n, s in splits.items() if s == wanted)
+    if not chosen and wanted == "train":  # `chats-0.jsonl`, `chats-1.jsonl` and `test.jsonl`
+        chosen = sorted(n for n, s in splits.items() if s is None)
+    if not chosen:
+        raise DataError(f"{where}: no file of split {split!r}; its files name the splits "
+                        f"{', '.join(named)} (set data.split)")
+    return chosen
+
+
+def _is_saved_dataset(path):
+    names = set(os.listdir(path))
+    return "dataset_dict.json" in names or {"dataset_info.json", "state.json"} <= names
+
+
+def _local_files(path, split):
+    names = sorted(os.path.relpath(os.path.join(d, f), path).replace(os.sep, "/")
+                   for d, _, found in os.walk(path) for f in found)
+    return [os.path.join(path, n) for n in _data_files(names, split, path)]
+
+
+def _gs_files(url, split):
+    """Local copies of the data files of the gs:// file, folder or glob `url`."""
+    if _is_glob(url):
+        root, pattern = _glob_root(url)
+        names = [n for n in storage.list_names(root) if _matches(pattern, n)]
+        if not names:
+            raise DataError(f"{url} matches no object")
+    else:
+        root, names = url, storage.list_names(url)
+        if names == ["."]:
+            return [storage.fetch_file(url)]
+        if not names:
+            raise storage.StorageError(f"{url} does not exist (no objects under it)")
+        names = _data_files(names, split, url)
+    local = storage.fetch(root, only=names)
+    return [os.path.join(local, *n.split("/")) for n in names]
+
+
+def _hub_repo_files(repo_id):
+    from huggingface_hub import HfApi  # pylint: disable=import-outside-toplevel
+    return HfApi().list_repo_files(repo_id, repo_type="dataset")
+
+
+def _hub_download(repo_id, filename):
+    from huggingface_hub import hf_hub_download  # pylint: disable=import-outside-toplevel
+    return hf_hub_download(repo_id=repo_id, filename=filename, repo_type="dataset")
+
+
+def _hub_files(url, split):
+    """Local copies of the Hub data set file, folder or glob
+    `hf://datasets/OWNER/NAME/PATH` (downloaded into the Hugging Face cache)."""
+    parts = url[len(HUB_FILE):].split("/", 2)
+    if len(parts) < 3 or not all(parts):
+        raise DataError(f"{url}: a Hub data set file is {HUB_FILE}OWNER/NAME/PATH (a file, a "
+                        "folder or a glob such as data/train-*.parquet)")
+    repo_id, path = "/".join(parts[:2]), parts[2].strip("/")
+    try:
+        if _file_type(path) and not _is_glob(path):
+            return [_hub_download(repo_id, path)]
+        files = _hub_repo_files(repo_id)
+        if _is_glob(path):
+            names = [f for f in files if _matches(path, f)]
+            if not names:
+                raise DataError(f"{url} matches no file of {repo_id}")
+        else:
+            inside = [f[len(path) + 1:] for f in files if f.startswith(path + "/")]
+            if not inside:
+                raise DataError(f"{url}: {repo_id} has no file or folder {path}")
+            names = [f"{path}/{n}" for n in _data_files(inside, split, url)]
+        return [_hub_download(repo_id, name) for name in names]
+    except DataError:
+        raise
+    except Exception as e:  # network, auth and missing-file errors alike
+        raise DataError(f"cannot download {url}: {e}") from e
+
+
+def local_files(source, split="train"):
+    """The local data files of a file-like source (`sample`, a file, folder or glob,
+    local, gs:// or hf://datasets/), a folder written by `datasets` as a string,
     or None for a Hub data set id."""
     if source == SAMPLE:
-        return SAMPLE_PATH
-    if storage.is_url(source):
-        return storage.fetch_file(source)
+        return [SAMPLE_PATH]
+    if storage.is_url(source) and not source.startswith(HUB_FILE):
+        return _gs_files(storage.check_url(source), split)
     if source.startswith(HUB_FILE):
-        return _hub_file(source)
+        return _hub_files(source, split)
     path = config_cli.user_path(source)  # relative to where the user ran the command
+    if _is_glob(source):
+        paths = sorted(p for p in glob.glob(path, recursive=True) if os.path.isfile(p))
+        if not paths:
+            raise DataError(f"data source {source!r} matches no file")
+        return paths
+    if os.path.isdir(path):
+        return path if _is_saved_dataset(path) else _local_files(path, split)
     if os.path.exists(path):
-        return path
+        return [path]
     if source.count("/") == 1 and not source.startswith((".", "/")):
         return None
-    raise DataError(f"data source {source!r} is neither a file or folder, nor 'sample', nor a "
-                    "gs:// URL, nor a Hub data set id like owner/name")
+    raise DataError(f"data source {source!r} is neither a file, folder or glob, nor "
+                    "'sample', nor a gs:// or hf://datasets/ URL, nor a Hub data set id like "
+                    "owner/name")
 
 
 _READERS = {".jsonl": _json_lines, ".json": _json, ".csv": _delimited(","),
             ".tsv": _delimited("\t")}
 
 
-def read(source, *, subset="", split="train", max_rows=0, encoding="utf-8"):
-    """The rows of `source` (see the module docstring) as a `Records`."""
-    if source.startswith(SYNTHETIC):
-        return Records(_synthetic(source), max_rows)
-    path = local_path(source)
-    if path is None:
-        return Records(_hub_dataset(source, subset, split), max_rows)
-    if os.path.isdir(path):
-        return Records(_saved_dataset(path, split), max_rows)
+def _file_rows(path, encoding):
+    """(iterator factory, row count function) of one data file, by its type."""
     if not os.path.isfile(path) or not os.access(path, os.R_OK):
         raise DataError(f"cannot read data file {path}")
     stem, suffix = os.path.splitext(path.lower())
@@ -345,10 +497,42 @@ def read(source, *, subset="", split="train", max_rows=0, encoding="utf-8"):
         if compressed:
             raise DataError(f"{path}: a Parquet file compresses its columns itself; give "
                             "it uncompressed (only the text types are read compressed)")
-        return Records(_parquet(path), max_rows)
+        return _parquet(path)
     if suffix not in _READERS:
         raise DataError(f"{path}: unknown file type {suffix or '(none)'}; one of "
                         f"{', '.join(FILE_TYPES)} (the text types also compressed: "
                         f"{', '.join(COMPRESSIONS)}), or a folder written by datasets")
+    return _READERS[suffix](path, encoding)
+
+
+def _shards(paths, encoding):
+    """The rows of several files, one after the other, numbered on from file to file;
+    a skipped row's detail names its file and its row there."""
+    readers = [(path, *_file_rows(path, encoding)) for path in paths]
+    if len(readers) == 1:
+        return readers[0][1:]
+
+    def iterate():
+        offset = 0
+        for path, rows, _ in readers:
+            local = 0
+            for local, item in enumerate(rows(), start=1):
+                if isinstance(item, Skip):
+                    item = Skip(offset + item.number, item.reason,
+                                f"{os.path.basename(path)} row {item.number}: {item.detail}")
+                yield item
+            offset += local
+    return iterate, lambda: sum(count() for _, _, count in readers)
+
+
+def read(source, *, subset="", split="train", max_rows=0, encoding="utf-8"):
+    """The rows of `source` (see the module docstring) as a `Records`."""
+    if source.startswith(SYNTHETIC):
+        return Records(_synthetic(source), max_rows)
     _text_encoding(encoding)  # an unknown encoding fails here, before any row
-    return Records(_READERS[suffix](path, encoding), max_rows)
+    files = local_files(source, split)
+    if files is None:
+        return Records(_hub_dataset(source, subset, split), max_rows)
+    if isinstance(files, str):
+        return Records(_saved_dataset(files, split), max_rows)
+    return Records(_shards(files, encoding), max_rows)

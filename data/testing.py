@@ -120,11 +120,36 @@ JSON_LOOKING = [
     {"prompt": "List the first three primes as JSON.", "completion": "[2, 3, 5]"},
     {"prompt": "An object with a = 1, as JSON.", "completion": '{"a": 1}'},
 ]
+# TRL's language-modelling rows: text already formatted, trained whole; one
+# rendered by Gemma 4's chat template (its <bos> not doubled).
+TEXTS = [
+    {"text": "A flip-flop stores one bit, sampled on a clock edge."},
+    {"text": "<bos><|turn>user\nWhat is 7 in binary?<turn|>\n<|turn>model\n111<turn|>\n"},
+    {"text": "module inv(input a, output y);\n  assign y = ~a;\nendmodule\n"},
+]
 QUESTIONS = [  # CSV columns named otherwise, read with data.columns
     {"question": "What does CMOS stand for?",
      "answer": "Complementary metal-oxide-semiconductor."},
     {"question": "How many bits are in a byte?", "answer": "Eight."},
 ]
+
+
+def write_many_rows(directory, count=12_000):
+    """A user's data set larger than the reference recipe's 10,000-row cap:
+    `count` short prompt/completion rows in JSON Lines; its path."""
+    return write_jsonl(directory, [{"prompt": f"What is {i} in binary?",
+                                    "completion": format(i, "b")} for i in range(count)],
+                       name="many.jsonl")
+
+
+def assert_read_whole(test, workdir, count=12_000):
+    """A run's run.json says every row of a `write_many_rows` set was read and kept."""
+    with open(os.path.join(workdir, "run.json")) as f:
+        data = json.load(f)["data"]
+    test.assertEqual({k: data[k] for k in ("rows_read", "max_rows", "rows_capped", "kept",
+                                           "dropped", "truncated")},
+                     {"rows_read": count, "max_rows": 0, "rows_capped": 0, "kept": count,
+                      "dropped": {}, "truncated": 0})
 
 
 def write_user_data(directory):
@@ -172,12 +197,22 @@ def write_shaped_data(directory):
     import pyarrow as pa  # pylint: disable=import-outside-toplevel
     out = {}
 
-    def put(name, text, rows, encoding="utf-8", compress=None):
+    def put(name, text, rows=None, encoding="utf-8", compress=None):
+        """Writes the file `name`; a data set of `rows` rows when they are given."""
         data = text.encode(encoding)
         path = os.path.join(directory, name)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
         with open(path, "wb") as f:
             f.write(compress(data) if compress else data)
-        out[name] = (path, rows)
+        if rows is not None:
+            out[name] = (path, rows)
+
+    def table(rows):
+        text = io.StringIO()
+        writer = csv.DictWriter(text, fieldnames=["prompt", "completion"])
+        writer.writeheader()
+        writer.writerows(rows)
+        return text.getvalue()
 
     def lines(rows):
         return "".join(json.dumps(r) + "\n" for r in rows)
@@ -187,12 +222,9 @@ def write_shaped_data(directory):
     put("openai.jsonl", lines(OPENAI), len(OPENAI))
     put("json_looking.jsonl", lines(JSON_LOOKING), len(JSON_LOOKING))
     # A spreadsheet's CSV: a byte-order mark, CRLF line ends, a cell with a line end.
-    spreadsheet = io.StringIO()
-    writer = csv.DictWriter(spreadsheet, fieldnames=["prompt", "completion"])
-    writer.writeheader()
-    writer.writerows(JSON_LOOKING + [{"prompt": "Two lines?", "completion": "One\nTwo"}])
+    spreadsheet = table(JSON_LOOKING + [{"prompt": "Two lines?", "completion": "One\nTwo"}])
     for suffix, compress in (("", None), (".gz", gzip.compress)):
-        put("spreadsheet.csv" + suffix, "\ufeff" + spreadsheet.getvalue(),
+        put("spreadsheet.csv" + suffix, "\ufeff" + spreadsheet,
             len(JSON_LOOKING) + 1, compress=compress)
     put("alpaca.tsv", "instruction\tinput\toutput\r\n" + "".join(
         f"{r['instruction']}\t{r['input']}\t{r['output']}\r\n" for r in ALPACA[:2]), 2)
@@ -213,4 +245,26 @@ def write_shaped_data(directory):
     put("joined.jsonl", lines(ALPACA[:1]) + "\ufeff" + lines(ALPACA[1:]), len(ALPACA))
     put("latin1.jsonl", json.dumps({"prompt": "Caf\u00e9 means?", "completion": "Coffee."},
                                    ensure_ascii=False) + "\n", 1, encoding="latin-1")
+    put("text.jsonl", lines(TEXTS), len(TEXTS))
+    # Shards as a download or a bucket export leaves them, read as a folder or a glob.
+    for i, chats in enumerate((CHATS[:2], CHATS[2:3], CHATS[3:])):
+        put(f"shards/train-{i:05d}-of-00003.jsonl", lines(chats))
+    put("shards/README.md", "# My chats\n")
+    out["shards"] = (os.path.join(directory, "shards"), len(CHATS))
+    # The Hub's layout (huggingface-cli download): data/{split}-NNNNN-of-NNNNN.parquet.
+    import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
+    hub = os.path.join(directory, "hub")
+    for name in ("README.md", ".gitattributes"):
+        put(os.path.join("hub", name), "---\nlicense: mit\n---\n")
+    for name, rows in (("train-00000-of-00002", ALPACA[:2]), ("train-00001-of-00002", ALPACA[2:]),
+                       ("test-00000-of-00001", ALPACA[:1])):
+        os.makedirs(os.path.join(hub, "data"), exist_ok=True)
+        pq.write_table(pa.Table.from_pylist(rows), os.path.join(hub, "data", f"{name}.parquet"))
+    out["hub_layout"] = (hub, len(ALPACA))
+    for i, row in enumerate(SHAREGPT):
+        put(f"globbed/part-{i}.jsonl.gz", lines([row]), compress=gzip.compress)
+    out["globbed"] = (os.path.join(directory, "globbed", "part-*.jsonl.gz"), len(SHAREGPT))
+    for i, rows in enumerate((JSON_LOOKING[:1], JSON_LOOKING[1:])):
+        put(f"csv_parts/part-{i}.csv", table(rows))
+    out["csv_parts"] = (os.path.join(directory, "csv_parts"), len(JSON_LOOKING))
     return out

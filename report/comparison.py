@@ -41,7 +41,7 @@ def training_rows(runs):
             "tokens_per_s": t.tokens_per_s,
             "trained_tokens_per_s": t.trained_tokens_per_s, "mfu": t.mfu,
             "eval_loss": t.curves["eval_loss"][-1][1] if t.curves.get("eval_loss") else None,
-            "setup": t.setup, "recipe": t.recipe,
+            "setup": t.setup, "recipe": t.recipe, "data": t.data,
             "dollars_per_hour": price, "cost": cost,
             "dollars_per_million_tokens": costs.dollars_per_million_tokens(t.tokens_per_s, price),
             "dollars_per_million_trained_tokens": costs.dollars_per_million_tokens(

@@ -61,6 +61,18 @@ def _setup(setup):
                                f"{setup.get('effective_batch', '?')}")
 
 
+def _count(data, key):
+    return "?" if data.get(key) is None else f"{data[key]:,}"
+
+
+def _capped(data):
+    """Rows a cap left unread, and the cap: "0 (no cap)", "83,000 (first 10,000)"."""
+    rows = data.get("rows_capped", data.get("rows_not_read"))
+    if rows is None:
+        return "?"
+    return f"{rows:,} ({'first ' + format(data['max_rows'], ',') if data.get('max_rows') else 'no cap'})"
+
+
 def blocks(report, plots):
     out = [("h", 1, "TPU vs GPU: fine-tuning and serving Gemma 4"),
            ("p", f"Inputs: {report['source']}.")]
@@ -104,6 +116,15 @@ def blocks(report, plots):
                       _share(r["evaluation_hours"], r["hours"]),
                       _share(r["lost_hours"], r["hours"]) + f", {r['lost_steps']} steps",
                       str(r["segments"])] for r in billed]))
+    read = [r for r in report["training"] if r.get("data")]
+    if read:
+        out.append(("table", ["run", "data", "rows read", "kept", "dropped", "capped (not read)",
+                              "truncated"],
+                    [[r["label"], r["data"].get("source", "?"), _count(r["data"], "rows_read"),
+                      _count(r["data"], "kept"),
+                      ", ".join(f"{k} {v:,}" for k, v in (r["data"].get("dropped") or {}).items())
+                      or "none", _capped(r["data"]), _count(r["data"], "truncated")]
+                     for r in read]))
     if report.get("planned"):
         out.append(("table", ["run", "machine", "hours of", "planned hours", "measured",
                               "measured / planned", "in the interval", "planned $", "measured $",

@@ -108,8 +108,14 @@ class RunsReportTest(absltest.TestCase):
         tmp = self.create_tempdir().full_path
         directories = [
             fake_training(os.path.join(tmp, "tpu"), "tpu", "tpu-v5p-8", 2.0, [3.0, 2.0, 1.5],
-                          eval_losses={2: 2.5, 3: 2.25}),
-            fake_training(os.path.join(tmp, "gpu"), "gpu", "gpu-h100x2", 4.0, [3.0, 2.1, 1.6]),
+                          eval_losses={2: 2.5, 3: 2.25},
+                          data={"source": "/data/chats", "rows_read": 12000, "max_rows": 0,
+                                "rows_capped": 0, "kept": 11990, "truncated": 0,
+                                "dropped": {"too_long": 7, "empty": 3}}),
+            fake_training(os.path.join(tmp, "gpu"), "gpu", "gpu-h100x2", 4.0, [3.0, 2.1, 1.6],
+                          data={"source": "hf://datasets/zhuyaoyu/CodeV-R1-dataset/x.jsonl",
+                                "rows_read": 10000, "max_rows": 10000, "rows_capped": 77000,
+                                "kept": 9990, "truncated": 4, "dropped": {}}),
             fake_serving(os.path.join(tmp, "bench-tpu"), "tpu-v6e-8", {1.0: 500.0, 4.0: 1200.0}),
             fake_serving(os.path.join(tmp, "bench-gpu"), "gpu-h100x2", {1.0: 400.0, 4.0: 700.0}),
             fake_eval(os.path.join(tmp, "eval-tpu"), {"P1", "P2"}),
@@ -148,6 +154,10 @@ class RunsReportTest(absltest.TestCase):
         for section in ("## Training", "## Serving", "## Cost of ownership", "## Quality"):
             self.assertIn(section, text)
         self.assertIn("(dashed: eval_loss on the validation set)", text)
+        # What each run read of its data: every row, or the cap and what it left.
+        self.assertIn("| TPU tpu-v5p-8 | /data/chats | 12,000 | 11,990 | too_long 7, empty 3 | "
+                      "0 (no cap) | 0 |", text)
+        self.assertIn("| 10,000 | 9,990 | none | 77,000 (first 10,000) | 4 |", text)
 
     def test_billed_time_prices_a_run_and_is_broken_down(self):
         tmp = self.create_tempdir().full_path

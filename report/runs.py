@@ -51,6 +51,9 @@ class Training:
     # (run.json); empty where unknown (the paper's runs, older run directories).
     setup: dict = dataclasses.field(default_factory=dict)
     recipe: dict = dataclasses.field(default_factory=dict)
+    # What was read of the data (run.json's `data`: rows read, kept, dropped by
+    # reason, capped, truncated); empty where unknown.
+    data: dict = dataclasses.field(default_factory=dict)
     source: str = ""
     hours_basis: str = BILLED
     # Where the billed time went (billing.summarize, in hours); None where unknown.
@@ -152,7 +155,8 @@ def _training(directory, named, repaired):
         **time_figures,
         mfu=sum(mfus) / len(mfus) if mfus else None, curves=curves,
         setup={name: info[key] for name, key in SETUP_KEYS if key in info},
-        recipe=info.get("recipe", {}), source=storage.join(named, "metrics.jsonl"))
+        recipe=info.get("recipe", {}), data=info.get("data", {}),
+        source=storage.join(named, "metrics.jsonl"))
 
 
 def _serving(named, summary):

@@ -66,7 +66,9 @@ def reference():
 
     # The data fields are the data package's (source, format, length, packing).
     c.data = pipeline.default_config()
-    c.data.max_rows = 10_000  # the reference trains on the first 10,000 rows
+    # The reference trains on the first 10,000 rows of CodeV-R1: that cap holds
+    # for that source only; a user's own data is read whole (data/pipeline.py).
+    c.data.max_rows = pipeline.REFERENCE_CAP
 
     c.remat = True
     # With a validation set (data.eval_*): eval_loss every N steps (0: only at the end).

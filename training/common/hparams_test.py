@@ -1,5 +1,6 @@
 from absl.testing import absltest
 
+from data import pipeline
 from training.common import hparams
 
 
@@ -12,8 +13,10 @@ class HparamsTest(absltest.TestCase):
         self.assertEqual(c.optimizer.weight_decay, 0.001)
         self.assertEqual(c.optimizer.warmup_steps, 100)
         self.assertEqual(c.batch.effective_size, 8)
-        self.assertEqual((c.data.max_rows, c.data.shuffle_seed, c.data.max_seq_len),
-                         (10_000, 42, 3072))
+        self.assertEqual((pipeline.row_cap(c.data), c.data.shuffle_seed, c.data.max_seq_len),
+                         (10_000, 42, 3072))  # the first 10,000 rows of CodeV-R1
+        c.data.source = "/home/me/chats.jsonl"
+        self.assertEqual(pipeline.row_cap(c.data), 0)  # a user's own data is read whole
         self.assertEqual(len(c.lora.target_modules), 7)
 
     def test_warmup_is_steps_or_a_fraction_of_the_run(self):

@@ -170,10 +170,7 @@ def load_data(run):
     lines = [f"data: {report.format} rows, {report.kept} kept of {report.rows_read} read "
              f"({dict(report.dropped)} dropped), {sequences} sequences, {steps} steps of "
              f"{run.config.batch.per_device_size} x {run.accumulation} accumulation x "
-             f"{run.data_parallel} data-parallel"]
-    if report.not_read:
-        lines.append(f"data: max_rows={run.config.data.max_rows} left {report.not_read} more "
-                     "rows of the source unread")
+             f"{run.data_parallel} data-parallel", "data: " + capped(report, run.config.data)]
     if run.prepared.eval_report is not None:
         held = run.prepared.eval_report
         every = run.config.eval_every_steps
@@ -236,14 +233,29 @@ def write_run_info(run, *, devices, processes, device_kind, parallelism, attenti
         "lora": run.lora_meta,
         "versions": run_dir_lib.package_versions(VERSIONED_PACKAGES[run.stack]),
         "data": {"source": config.data.source, "format": report.format,
-                 "rows_read": report.rows_read, "rows_not_read": report.not_read,
-                 "kept": report.kept, "dropped": dict(report.dropped),
+                 "rows_read": report.rows_read, "max_rows": report.max_rows,
+                 "rows_capped": report.not_read, "kept": report.kept,
+                 "dropped": dict(report.dropped), "truncated": report.truncated,
                  # Per reason: an example of what was expected and found, and the
                  # first rows (//data:inspect lists the same).
                  "dropped_why": dict(report.first_detail),
                  "dropped_rows": {reason: rows[:DROPPED_ROWS_LISTED]
                                   for reason, rows in report.dropped_rows.items()},
                  "trained_tokens": report.trained_tokens, "tokens": report.total_tokens}})
+
+
+def capped(report, data):
+    """What was read of the source, in words: every row, or the cap and what it left."""
+    if not report.max_rows:
+        cut = f"; {report.truncated} truncated to {data.max_seq_len} tokens" if report.truncated \
+            else ""
+        return f"every row of the source read, none capped{cut}"
+    why = (f"the reference recipe's first {report.max_rows:,} rows of its CodeV-R1 file"
+           if data.max_rows == pipeline.REFERENCE_CAP else f"data.max_rows={report.max_rows}")
+    return (f"capped at {why}: {report.not_read:,} more rows of the source not read "
+            "(data.max_rows=0 reads all)" +
+            (f"; {report.truncated} truncated to {data.max_seq_len} tokens"
+             if report.truncated else ""))
 
 
 def step_record(run, *, step, loss, learning_rate, grad_norm, trained_tokens, tokens,

@@ -13,6 +13,8 @@ from absl.testing import absltest
 from common import binaries
 from common import gcs_emulator
 from common import storage
+from data import pipeline
+from data import testing
 from training.common import billing_testing
 from training.common import wandb_offline
 from training.tpu import compare_runs
@@ -196,6 +198,17 @@ class TrainerTest(absltest.TestCase):
         self.assertIn("was made with lora_rank=8, this run has 4", output)
         self.assertNotIn("base model loaded", output)
         self.assertLess(time.time() - started, 120)
+
+    def test_a_data_set_past_the_reference_cap_is_read_whole(self):
+        # 12,000 rows of a user's own, under the 31B configs' data.max_rows: none capped.
+        tmp = self.create_tempdir().full_path
+        workdir = os.path.join(tmp, "run")
+        code, output = sft(workdir, f"--config.data.source={testing.write_many_rows(tmp)}",
+                           f"--config.data.max_rows={pipeline.REFERENCE_CAP}",
+                           "--config.data.epochs=1", "--config.max_steps=1")
+        self.assertEqual(code, 0, output[-3000:])
+        self.assertIn("data: every row of the source read, none capped", output)
+        testing.assert_read_whole(self, workdir)
 
     def test_unwritable_workdir(self):
         code, output = sft("/proc/no-such-run")

@@ -281,6 +281,11 @@ def fetch(url, dest=None, *, only=None, require_complete=False):
     if todo:
         print(f"copying {url} to the local cache {dest} ({len(todo)} files)", flush=True)
     fs = _fs()
+    try:
+        os.makedirs(dest, exist_ok=True)
+    except OSError as e:
+        raise StorageError(f"cannot copy {url} to the local cache {dest}: {e.strerror} (set "
+                           f"{CACHE_ENV} to a writable folder)") from None
     with _progress(sum(size for size, _ in todo.values()), f"fetch {url}") as bar:
         for name, meta in sorted(todo.items()):
             target = os.path.join(dest, name)

@@ -134,12 +134,15 @@ QUESTIONS = [  # CSV columns named otherwise, read with data.columns
 ]
 
 
-def write_many_rows(directory, count=12_000):
+def write_many_rows(directory, count=12_000, shards=3):
     """A user's data set larger than the reference recipe's 10,000-row cap:
-    `count` short prompt/completion rows in JSON Lines; its path."""
-    return write_jsonl(directory, [{"prompt": f"What is {i} in binary?",
-                                    "completion": format(i, "b")} for i in range(count)],
-                       name="many.jsonl")
+    `count` short prompt/completion rows in `shards` JSON Lines files
+    (`train-00000-of-00003.jsonl`, ...) in `directory`."""
+    rows = [{"prompt": f"What is {i} in binary?", "completion": format(i, "b")}
+            for i in range(count)]
+    for shard in range(shards):
+        write_jsonl(directory, rows[shard::shards], name=f"train-{shard:05d}-of-{shards:05d}.jsonl")
+    return directory
 
 
 def assert_read_whole(test, workdir, count=12_000):

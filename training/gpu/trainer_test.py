@@ -155,10 +155,12 @@ class GpuTrainerTest(absltest.TestCase):
         self.assertIn("was made with lora_rank=8, this run has 4", output)
 
     def test_a_data_set_past_the_reference_cap_is_read_whole(self):
-        # 12,000 rows of a user's own, under the 31B configs' data.max_rows: none capped.
-        tmp = self.create_tempdir().full_path
-        workdir = os.path.join(tmp, "run")
-        code, output = sft(workdir, f"--config.data.source={testing.write_many_rows(tmp)}",
+        # 12,000 rows of a user's own, in shards in a bucket, under the 31B configs'
+        # data.max_rows: every row read, none capped.
+        storage.push(testing.write_many_rows(self.create_tempdir().full_path), "gs://bkt/many")
+        os.environ[storage.CACHE_ENV] = self.create_tempdir().full_path  # the run's copy
+        workdir = self.create_tempdir().full_path
+        code, output = sft(workdir, "--config.data.source=gs://bkt/many",
                            f"--config.data.max_rows={pipeline.REFERENCE_CAP}",
                            "--config.data.epochs=1", "--config.max_steps=1")
         self.assertEqual(code, 0, output[-3000:])

@@ -96,8 +96,9 @@ def end_of_turn_ids(tokenizer):
 EMBEDDED = "embedded"
 
 
-def load(spec=EMBEDDED):
-    """`embedded` (the tokenizer above), or a Hugging Face tokenizer directory or id."""
+def load(spec=EMBEDDED, local_files_only=False):
+    """`embedded` (the tokenizer above), or a Hugging Face tokenizer directory or id
+    (with `local_files_only`, from the Hugging Face cache only)."""
     if spec == EMBEDDED:
         return build_tokenizer()
-    return transformers.AutoTokenizer.from_pretrained(spec)
+    return transformers.AutoTokenizer.from_pretrained(spec, local_files_only=local_files_only)

@@ -250,10 +250,11 @@ class FitTest(absltest.TestCase):
 
 class BinaryTest(absltest.TestCase):
 
-    def _run(self, *args):
+    def _run(self, *args, tokenizer="embedded"):
         out = self.create_tempdir().full_path
         result = subprocess.run(
-            binaries.command("//report:plan", f"--out={out}", "--tokenizer=embedded",
+            binaries.command("//report:plan", f"--out={out}",
+                             *([f"--tokenizer={tokenizer}"] if tokenizer else []),
                              f"--cache_dir={self.create_tempdir().full_path}", *args),
             capture_output=True, text=True, timeout=600, check=False, env=binaries.child_env())
         return result, out
@@ -292,6 +293,36 @@ class BinaryTest(absltest.TestCase):
         row, = comparison.planned(training, plan)
         self.assertEqual((row["hours_ratio"], row["in_interval"], row["tokens_per_s_ratio"]),
                          (1.0, True, 0.5))
+
+    def test_with_no_flags_offline_the_reference_shape_is_planned(self):
+        # No Hub (a closed loopback port stands for it): the default recipe's
+        # tokenizer and data become CodeV-R1-shaped rows and the embedded tokenizer.
+        os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"
+        try:
+            result, out = self._run("--machines=gpu-h100x2", tokenizer=None)
+        finally:
+            del os.environ["HF_ENDPOINT"]
+        self.assertEqual(result.returncode, 0, result.stderr[-3000:])
+        self.assertIn("offline (127.0.0.1 unreachable): planning synthetic:10000 instead of "
+                      "hf://datasets/zhuyaoyu/CodeV-R1-dataset/codev_r1_sft.jsonl", result.stdout)
+        with open(os.path.join(out, "plan.json")) as f:
+            plan = json.load(f)
+        self.assertEqual((plan["data"]["source"], plan["data"]["tokenizer"]),
+                         ("synthetic:10000", "embedded"))
+        self.assertTrue(plan["plans"][0]["fits"])
+        # Data of the user's own is never stood in for: its tokenizer is one error.
+        rows = self.create_tempfile("rows.jsonl",
+                                    content='{"prompt": "a", "completion": "b"}\n').full_path
+        os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"
+        try:
+            result, _ = self._run("--machines=gpu-h100x2", f"--config.data.source={rows}",
+                                  tokenizer=None)
+        finally:
+            del os.environ["HF_ENDPOINT"]
+        self.assertEqual(result.returncode, 1)
+        self.assertIn("cannot load the tokenizer of google/gemma-4-31B-it to count the data "
+                      "(127.0.0.1 is unreachable and it is not in the local cache); pass "
+                      "--tokenizer=embedded to count offline", result.stderr)
 
     def test_bad_input_is_one_error_line(self):
         empty = self.create_tempfile("empty.jsonl", content="").full_path

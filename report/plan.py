@@ -22,13 +22,10 @@ The report shows a finished run's measured figures beside its plan:
 import json
 import logging
 import os
-import socket
-import urllib.parse
 
 from absl import app
 from absl import flags
 from absl import logging as absl_logging
-from ml_collections import config_dict
 
 from common import cli
 from common import config_cli
@@ -112,65 +109,15 @@ def machine_configs(names):
     return out
 
 
-def _hub_endpoint():
-    """(host, port) of the Hugging Face Hub this process uses (HF_ENDPOINT: a mirror)."""
-    url = urllib.parse.urlsplit(os.environ.get("HF_ENDPOINT") or "https://huggingface.co")
-    return url.hostname, url.port or (443 if url.scheme == "https" else 80)
-
-
-def _hub_reachable(timeout=3.0):
-    try:
-        socket.create_connection(_hub_endpoint(), timeout=timeout).close()
-        return True
-    except OSError:
-        return False
-
-
-def _tokenizer(name, local_files_only=False):
-    from data import tokenizer  # pylint: disable=import-outside-toplevel
-    if name != tokenizer.EMBEDDED:
-        name = config_cli.path_or_id(name)
-    try:
-        return tokenizer.load(name, local_files_only=local_files_only)
-    except Exception as e:  # network, auth, a directory without a tokenizer alike
-        why = (f"{_hub_endpoint()[0]} is unreachable and it is not in the local cache"
-               if local_files_only else str(e))
-        raise planning.PlanError(f"cannot load the tokenizer of {name} to count the data "
-                                 f"({why}); pass --tokenizer=embedded to count offline") from e
-
-
-# What the plan counts when the default recipe's tokenizer or data cannot be
-# fetched (no network): rows with CodeV-R1's token-length profile under the
-# embedded tokenizer (data/synthetic.py), as many as the reference reads.
-OFFLINE_SOURCE = "synthetic:10000"
-
-
 def _read(recipe, tokenizer_name):
-    """(tokenizer name, data source, planning.Data) of the recipe's data. Offline,
-    with neither the tokenizer nor the data named by the user, the default
-    recipe's data is stood in for by OFFLINE_SOURCE, said in one line."""
-    from data import pipeline  # pylint: disable=import-outside-toplevel
-    from data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
-    name = tokenizer_name or recipe.model.name
-    defaults = not tokenizer_name and recipe.data.source == pipeline.REFERENCE_SOURCE
-    # Without the Hub, a tokenizer is read from the local cache only: no retries.
-    offline = name != tokenizer_lib.EMBEDDED and not os.path.exists(
-        config_cli.path_or_id(name)) and not _hub_reachable()
+    """(tokenizer name, data source, planning.Data) of the recipe's data
+    (data/counting.py: offline, the default recipe's data stood in for)."""
+    from data import counting  # pylint: disable=import-outside-toplevel
     try:
-        tokenizer = _tokenizer(name, local_files_only=offline)
-        print(f"reading {recipe.data.source}...", flush=True)
-        return name, recipe.data.source, planning.read_data(recipe.data, tokenizer)
-    except cli.UserError as e:
-        if not defaults:
-            raise
-        why = f"{_hub_endpoint()[0]} unreachable" if offline else str(e).splitlines()[0][:160]
-        print(f"offline ({why}): planning {OFFLINE_SOURCE} instead of {recipe.data.source}, "
-              "rows with CodeV-R1's token-length profile counted with the embedded tokenizer; "
-              "name --tokenizer and --config.data.source to count real data", flush=True)
-    data_config = config_dict.ConfigDict(recipe.data.to_dict())
-    data_config.update(source=OFFLINE_SOURCE, max_rows=0)
-    return (tokenizer_lib.EMBEDDED, OFFLINE_SOURCE,
-            planning.read_data(data_config, tokenizer_lib.load(tokenizer_lib.EMBEDDED)))
+        return counting.read(recipe.data, planning.read_data, tokenizer=tokenizer_name,
+                             base=recipe.model.name)
+    except counting.CountingError as e:
+        raise planning.PlanError(str(e)) from None
 
 
 def _dims(config):

@@ -303,7 +303,7 @@ class BinaryTest(absltest.TestCase):
         finally:
             del os.environ["HF_ENDPOINT"]
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
-        self.assertIn("offline (127.0.0.1 unreachable): planning synthetic:10000 instead of "
+        self.assertIn("offline (127.0.0.1 unreachable): counting synthetic:10000 instead of "
                       "hf://datasets/zhuyaoyu/CodeV-R1-dataset/codev_r1_sft.jsonl", result.stdout)
         with open(os.path.join(out, "plan.json")) as f:
             plan = json.load(f)

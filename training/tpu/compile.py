@@ -15,7 +15,9 @@ MFU. A step that does not fit in 90% of HBM exits 1 after writing the table.
 Token fractions: a step holds examples x seq_len token positions, of which a
 fraction are data (not padding) and a smaller fraction are trained (loss-masked
 in). They come from the config's data, tokenized with the base's tokenizer,
-unless given with --non_padding_fraction / --trained_fraction.
+unless given with --non_padding_fraction / --trained_fraction; without the Hub,
+the default CodeV-R1 data is stood in for by rows of its token-length profile
+(data/counting.py), so the compile runs offline with no flags.
 --compare_reference also compiles the reference recipe's step on the same
 machine (tp=4 and fsdp over the other chips, one row per replica, 8 rows per
 step padded to the sequence length, threefry dropout masks) and prints the
@@ -30,7 +32,6 @@ peak once its step was compiled (before the compiles that only count a scan).
 import dataclasses
 import json
 import logging
-import os
 
 from absl import app
 from absl import flags
@@ -38,9 +39,11 @@ from absl import logging as absl_logging
 
 from common import cli
 from common import config_cli
+from common import storage
 
 _CONFIG = config_cli.define_config_flag(__file__, default="v5p8.py")
-_WORKDIR = flags.DEFINE_string("workdir", "runs/tpu-compile", "Where compile.json goes.")
+_WORKDIR = flags.DEFINE_string("workdir", "runs/tpu-compile",
+                                "Where compile.json goes: a folder or a gs:// URL.")
 _BASE_CONFIG = flags.DEFINE_string(
     "base_config", "", "The base model's config.json, its directory or a Hub id (default: "
     "the config's model.name; google/gemma-4-31B-it reads the copy in "
@@ -73,23 +76,23 @@ class CompileError(cli.UserError):
 
 def measured_fractions(config, base_name):
     """(non-padding, trained) shares of token positions of the config's data."""
-    from transformers import AutoTokenizer  # pylint: disable=import-outside-toplevel
+    from data import counting  # pylint: disable=import-outside-toplevel
     from data import packing as packing_lib  # pylint: disable=import-outside-toplevel
     from data import pipeline  # pylint: disable=import-outside-toplevel
     from data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
     from gemma4 import base_model  # pylint: disable=import-outside-toplevel
+
+    def fractions(data_config, tokenizer):
+        sequences = pipeline.prepare(data_config, tokenizer).sequences
+        trained = float(sequences["loss_mask"][:, 1:].sum()) / sequences["loss_mask"].size
+        return packing_lib.non_padding_fraction(sequences), trained
+    # The random base carries the embedded tokenizer (random_model.py).
+    base = tokenizer_lib.EMBEDDED if base_name == base_model.RANDOM else base_name
     try:
-        # The random base carries the embedded tokenizer (random_model.py).
-        tokenizer = tokenizer_lib.build_tokenizer() if base_name == base_model.RANDOM \
-            else AutoTokenizer.from_pretrained(base_name)
-    except Exception as e:  # network, auth, a directory without a tokenizer alike
-        raise CompileError(f"cannot load the tokenizer of {base_name} to measure the data's "
-                           f"token fractions ({e}); pass --non_padding_fraction and "
-                           "--trained_fraction (and --reference_* with "
-                           "--compare_reference)") from e
-    sequences = pipeline.prepare(config.data, tokenizer).sequences
-    trained = float(sequences["loss_mask"][:, 1:].sum()) / sequences["loss_mask"].size
-    return packing_lib.non_padding_fraction(sequences), trained
+        return counting.read(config.data, fractions, base=base)[2]
+    except counting.CountingError as e:
+        raise CompileError(f"{e}, or pass --non_padding_fraction and --trained_fraction (and "
+                           "--reference_* with --compare_reference)") from None
 
 
 def _fractions(config, base_name, non_padding, trained):
@@ -113,7 +116,8 @@ def main(argv):
 
     config = _CONFIG.value
     libtpu_flags.use(config)  # before libtpu starts
-    workdir = config_cli.user_path(_WORKDIR.value)
+    workdir = config_cli.user_path(_WORKDIR.value)  # a folder or a gs:// URL
+    storage.probe(workdir)  # before the minutes of compiling
     machine = machines.get(config.machine)
     base_name = _BASE_CONFIG.value or config.model.name
     if base_name == base_model.TINY:
@@ -163,12 +167,9 @@ def main(argv):
         ours, reference = rows[1], rows[0]
         result["trained_tokens_per_s_ratio"] = (
             ours["predicted_trained_tokens_per_s"] / reference["predicted_trained_tokens_per_s"])
-    os.makedirs(workdir, exist_ok=True)
-    path = os.path.join(workdir, COMPILE_JSON)
-    with open(path + ".tmp", "w") as f:
-        json.dump(result, f, indent=2)
-        f.write("\n")
-    os.replace(path + ".tmp", path)
+    path = storage.join(workdir, COMPILE_JSON)
+    storage.write_bytes(path,
+                        (json.dumps(result, indent=2) + "\n").encode())
     print(aot.format_rows(rows))
     for row in rows:
         for kernel in row["analytic_kernels"]:

@@ -23,8 +23,8 @@ correct and wrong exports of the tiny model differ by. Both are set on the
 6-layer tiny model (`//conversion:export_test`); rounding grows with depth, so
 at 31B run float32 on the mesh and read an excess against how far the adapter
 itself moves the logits (printed beside: the PEFT model with its adapter
-disabled) before calling the export wrong. The README's conversion section
-holds the measured differences by depth and dtype.
+disabled) before calling the export wrong. docs/export.md, "Check an export",
+holds the measured differences and how to read them.
 
 The merged model is also checked weight by weight: each merged weight must be
 W + (alpha / r) B A, recomputed here in float32 and rounded to the stored

@@ -12,7 +12,7 @@ A source is one of:
     or of a line ignored, CRLF line ends as LF;
   * a folder of such files (shards: `train-00000-of-00004.jsonl`, ...), read one
     after the other in name order. When file or folder names name splits, as the
-    Hub lays data sets out (`data/train-00000-of-00004.parquet`,
+    Hub lays data sets out (`SET/data/train-00000-of-00004.parquet`,
     `test.jsonl`, `validation/part-0.jsonl`; aliases `training`, `val`,
     `valid`, `dev`, `testing`, `eval`), `split` picks the files; READMEs,
     hidden files and other types are left aside;
@@ -61,7 +61,7 @@ FILE_TYPES = (".jsonl", ".json", ".parquet", ".csv", ".tsv")
 COMPRESSIONS = (".gz", ".bz2", ".xz", ".zst")  # of the text types: `chats.jsonl.gz`
 GLOB_CHARS = "*?["
 # A folder's split, named by a folder or at the start of a file name, as the Hub
-# lays data sets out (`data/train-00000-of-00004.parquet`), with the usual aliases.
+# lays data sets out (`SET/data/train-00000-of-00004.parquet`), with the usual aliases.
 _SPLIT_ALIASES = {"training": "train", "valid": "validation", "val": "validation",
                   "dev": "validation", "testing": "test", "eval": "test"}
 _SPLIT_NAME = re.compile(r"(train|training|validation|valid|val|dev|test|testing|eval)"
@@ -361,7 +361,7 @@ def _data_files(names, split, where):
     """The names among `names` (relative paths in the folder `where`) that hold the
     rows of `split`: data files only (READMEs, hidden files and `datasets`' own
     metadata left aside); when some name a split (the Hub's
-    `data/train-00000-of-00004.parquet`, `train.jsonl`, `test/part-0.jsonl`), those
+    `SET/data/train-00000-of-00004.parquet`, `train.jsonl`, `test/part-0.jsonl`), those
     of `split` (the train split: the files that name no split, if none names it);
     otherwise all of them, as one `train` split."""
     data = [n for n in names if _file_type(n) and os.path.basename(n) not in _METADATA

@@ -152,6 +152,18 @@ class ImageTest(absltest.TestCase):
                                   "--repository=HOST/PATH (e.g. --repository="
                                   "us-docker.pkg.dev/PROJECT/REPO/IMAGE)"], done.stderr[-2000:])
 
+    def test_an_offline_image_is_not_pushed_where_it_would_be_run(self):
+        output_base, _ = self.outputs[0]
+        done = self.bazel(output_base, "run", "--config=offline", "--symlink_prefix=/", _PUSH,
+                          "--", "--repository=us-docker.pkg.dev/my-project/images/serve-tpu",
+                          check=False)
+        self.assertNotEqual(done.returncode, 0)
+        errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+        self.assertLen(errors, 1, done.stderr[-2000:])
+        self.assertIn("not pushing to us-docker.pkg.dev/my-project/images/serve-tpu: this image "
+                      "was built offline", errors[0])
+        self.assertIn("cannot run on a TPU or GPU", errors[0])
+
     def test_push_round_trip(self):
         output_base, layout_dir = self.outputs[0]
         local = Layout(layout_dir)

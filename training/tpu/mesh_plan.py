@@ -94,7 +94,8 @@ def check(mesh, dims, num_devices, batch_per_step=None):
 
 
 # The activation terms, calibrated on XLA's buffer assignment for the 31B widths
-# on v5p-8 (the README's compile tables hold the fit): how many tensors of each
+# on v5p-8 (docs/performance.md, "Gemma 4 31B on v5p-8, compiled without a TPU",
+# holds the fit): how many tensors of each
 # kind a layer keeps for its backward pass, and the bytes per logit.
 STREAM_TENSORS = 2  # [tokens, D] in the base dtype; D is not split over tp
 MLP_TENSORS = 3  # [tokens, F / tp] in the base dtype: gate, up and their product

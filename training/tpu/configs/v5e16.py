@@ -6,8 +6,8 @@ v5p8.py's recipe (packed, splash attention) on the cheapest chips: the weights
 are sharded 16 ways, one packed row per fsdp replica per pass (4 per
 micro-batch) x 2 accumulation steps keeps the 8 rows of an optimizer step, and
 the layers are scanned with remat, to fit 16 GB: compiled ahead of time for
-v5e:4x4 (//training/tpu:compile, README), the figures are in the README's
-compile table.
+v5e:4x4 (//training/tpu:compile); the figures are in docs/performance.md,
+"The cheaper slices: v6e-8 and v5e-16".
 """
 
 from training.tpu.configs import v5p8

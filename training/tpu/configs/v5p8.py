@@ -4,8 +4,9 @@ tp=4 is the largest tensor-parallel size Gemma 4 31B allows: its global layers
 have 4 KV heads, so tp=8 cannot shard them.
 
 The settings are the fastest that fit, by //training/tpu:compile (XLA's
-estimate for v5p:2x2x1; the README's compile tables, "The 31B step compiled",
-hold the measured sweep and the comparison with the reference's settings):
+estimate for v5p:2x2x1; docs/performance.md, "Gemma 4 31B on v5p-8, compiled
+without a TPU", holds the measured sweep and the comparison with the reference's
+settings):
 
 - packed: the reference pads each row (~922 tokens on average) to 3072, so
   most token positions are padding; packing fills nearly all of them;

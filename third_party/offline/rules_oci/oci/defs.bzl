@@ -8,7 +8,9 @@ Same names and attributes as the rules_oci subset the BUILD files use:
     the layout to a registry with skopeo, by digest first, then each tag
     (`-- --repository=HOST/PATH` overrides the repository, and without either
     the push is refused with one error line; each `--tag=TAG` is
-    pushed besides remote_tags, as rules_oci does).
+    pushed besides remote_tags, as rules_oci does). Only to a localhost
+    registry: an offline image cannot run, so a push anywhere else is refused
+    with one error line saying why.
 And one rule of its own, `oci_offline_base(name, image, digest)`: the local
 layout that stands in for a pulled base offline (one small layer naming the image
 it replaces), checked against its own pinned digest. Offline images exercise the

@@ -39,6 +39,13 @@ fi
 tls=()
 case "${repository%%/*}" in
   localhost|localhost:*|127.0.0.1|127.0.0.1:*) tls=(--dest-tls-verify=false) ;;
+  *)
+    # An offline image is a stand-in: it exercises the build and the push only.
+    echo "error: not pushing to $repository: this image was built offline (Bazel 4.2.3," \
+      "./bazelw) on a stand-in base without its wheels, so it cannot run on a TPU or GPU;" \
+      "build and push it with Bazel 7+ online (bazelisk: bazel run ${0##*/}), or push to a" \
+      "localhost registry to try the push" >&2
+    exit 1 ;;
 esac
 
 echo "pushing $repository@$digest" >&2

@@ -260,9 +260,13 @@ def _parser():
     get.add_argument("--dest", default="wheels", help="the wheels' folder (%(default)s)")
     get.add_argument("--python_version", default="", help="the host's Python (3.11), if "
                      "not this one")
+    # Up to glibc 2.35, a TPU VM's (Ubuntu 22.04): libtpu's wheel is manylinux_2_31.
     get.add_argument("--platforms", type=_list, default=(
+        "manylinux_2_35_x86_64,manylinux_2_34_x86_64,manylinux_2_31_x86_64,"
         "manylinux_2_28_x86_64,manylinux_2_27_x86_64,manylinux_2_17_x86_64,"
-        "manylinux2014_x86_64,manylinux1_x86_64,any"), help="wheel platforms")
+        "manylinux2014_x86_64,manylinux1_x86_64,any"),
+        help="wheel platforms (default: x86-64 Linux with glibc 2.35 or newer, as TPU and "
+        "GPU VM images have)")
     run = commands.add_parser("run", parents=[common, local], help="install, then run a "
                               "binary: run [OPTIONS] MODULE -- FLAGS")
     run.add_argument("--find_links", default="", type=_list, help="folders of wheels")

@@ -96,6 +96,13 @@ def role_map(spec):
     return {**SHAREGPT_ROLES, **extra}  # looked up as written, then in lower case
 
 
+_UNKNOWN_FORMAT = "cannot tell the data format from the columns"
+
+
+def _is_unknown_format(error):
+    return str(error).startswith(_UNKNOWN_FORMAT)
+
+
 def detect(columns):
     """The format of rows with these columns."""
     columns = set(columns)
@@ -112,7 +119,7 @@ def detect(columns):
     if "text" in columns:
         return "text"
     raise sources.DataError(
-        f"cannot tell the data format from the columns {', '.join(sorted(columns))}: "
+        f"{_UNKNOWN_FORMAT} {', '.join(sorted(map(str, columns)))}: "
         "expected `messages` (chat, OpenAI), `conversations` (ShareGPT), `prompt` and "
         "`completion`, `instruction` and `output` (Alpaca), CodeV-R1's `prompt` and "
         "`response`, or `text` (already formatted); rename columns with "
@@ -395,16 +402,29 @@ class Conversations:
         self.format = None
 
     def __iter__(self):
-        convert = None
+        convert, unknown = None, None
         for item in self.records:
             if isinstance(item, sources.Skip):
                 yield item
                 continue
             fields = {self._rename.get(k, k): v for k, v in item.fields.items()}
             if convert is None:
-                convert = Converter(self._config, fields)
+                try:
+                    convert = Converter(self._config, fields)
+                except sources.DataError as e:  # a row whose columns say no format
+                    if self._config.format != "auto" or not _is_unknown_format(e):
+                        raise
+                    unknown = unknown or e
+                    yield self._skip(item.number, sources.MISSING_FIELD, str(e))
+                    continue
                 self.format = convert.format
             try:
                 yield item.number, convert(fields)
             except sources.SkipRow as skip:
-                yield sources.Skip(item.number, skip.reason, skip.detail)
+                yield self._skip(item.number, skip.reason, skip.detail)
+        if convert is None and unknown is not None:
+            raise unknown  # no row told the format
+
+    def _skip(self, number, reason, detail):
+        where = self.records.where(number)
+        return sources.Skip(number, reason, f"{where}: {detail}" if where else detail)

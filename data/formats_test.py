@@ -200,6 +200,19 @@ class FormatsTest(absltest.TestCase):
                                  (rows, rows, {}))
                 self.assertTrue(all(e.loss_mask.any() for e in examples))
 
+    def test_shards_name_the_file_of_every_dropped_row_and_a_bad_first_row_is_one(self):
+        folder = self.create_tempdir().full_path
+        testing.write_jsonl(folder, [{"foo": 1}, testing.CHATS[1]], name="a.jsonl")
+        testing.write_jsonl(folder, [{"messages": "not a list"}], name="b.jsonl")
+        examples, report = self._encode(source=folder)
+        self.assertEqual((report.format, report.kept), ("messages", 1))
+        self.assertEqual(dict(report.dropped_rows), {sources.MISSING_FIELD: [1],
+                                                     sources.BAD_MESSAGES: [3]})
+        self.assertTrue(report.first_detail[sources.BAD_MESSAGES].startswith(
+            "row 3: b.jsonl row 1: "), report.first_detail)
+        self.assertIn("a.jsonl row 1: cannot tell the data format",
+                      report.first_detail[sources.MISSING_FIELD])
+
     def test_text_rows_train_every_token_as_trl_does(self):
         path = testing.write_jsonl(self.create_tempdir().full_path,
                                    testing.TEXTS + [{"text": " "}, {"text": 3}])

@@ -11,7 +11,6 @@ how much of each sequence is real tokens when padding vs packing. Fails if
 nothing would be trained. --output_json writes the same figures as JSON.
 """
 
-import json
 import os
 
 from absl import app
@@ -20,6 +19,7 @@ from ml_collections import config_flags
 
 from common import cli
 from common import config_cli
+from common import storage
 from data import packing
 from data import pipeline
 from data import sources
@@ -49,6 +49,8 @@ def figures(config, tokenizer):
         "max_rows": report.max_rows,  # the cap (0: none)
         "rows_capped": report.not_read,  # rows of the source past it, never read
         "truncated": report.truncated,
+        "files": report.files,  # the data files read, in order
+        "left_aside": report.left_aside,  # files of the folder or glob not read, and why
         "kept": report.kept,
         "dropped": {reason: report.dropped[reason] for reason in sources.SKIP_REASONS
                     if report.dropped[reason]},
@@ -69,11 +71,22 @@ def figures(config, tokenizer):
 
 
 def format_text(f):
-    lines = [f"source          {f['source']}",
+    lines = [f"source          {f['source']}"]
+    if len(f["files"]) > 1 or f["left_aside"]:
+        shown = [os.path.basename(p) for p in f["files"][:_SHOW_ROWS]]
+        lines.append(f"files read      {len(f['files'])}: {', '.join(shown)}"
+                     + (", ..." if len(f["files"]) > _SHOW_ROWS else ""))
+        whys = {}
+        for name, why in f["left_aside"].items():
+            whys.setdefault(why, []).append(os.path.basename(name))
+        for why, names in sorted(whys.items()):
+            lines.append(f"  left aside    {len(names)} ({why}): {', '.join(names[:_SHOW_ROWS])}"
+                         + (", ..." if len(names) > _SHOW_ROWS else ""))
+    lines += [
              f"format          {f['format']}",
              f"rows read       {f['rows_read']}"
              + (f"  ({f['rows_capped']} more not read: capped at data.max_rows="
-                f"{f['max_rows']})" if f["max_rows"] else "  (every row: none capped)"),
+                f"{f['max_rows']})" if f["rows_capped"] else "  (every row: none capped)"),
              f"kept            {f['kept']}",
              f"dropped         {sum(f['dropped'].values())}"]
     for reason, count in f["dropped"].items():
@@ -102,10 +115,7 @@ def main(argv):
     result = figures(config, tokenizer_lib.load(spec))
     print(format_text(result))
     if _OUTPUT_JSON.value:
-        path = config_cli.user_path(_OUTPUT_JSON.value)
-        with open(path + ".tmp", "w") as out:
-            json.dump(result, out, indent=2)
-        os.replace(path + ".tmp", path)
+        storage.write_json(config_cli.user_path(_OUTPUT_JSON.value), result)
     if result["trained_tokens"] == 0:
         raise sources.DataError(
             f"no token would be trained ({result['rows_read']} rows read, "

@@ -73,6 +73,8 @@ class Report:
     max_rows: int = 0  # the cap applied (row_cap), 0 for none
     not_read: int = 0  # rows of the source past the cap: capped, never read
     truncated: int = 0  # rows cut to data.max_seq_len (data.long_rows=truncate)
+    files: list = dataclasses.field(default_factory=list)  # the data files read, in order
+    left_aside: dict = dataclasses.field(default_factory=dict)  # folder/glob files not read
     format: str = ""
     kept: int = 0
     dropped: dict = dataclasses.field(default_factory=lambda: collections.Counter())
@@ -155,6 +157,8 @@ def encode_rows(conversations, encoder, config, progress=None):
     records = getattr(conversations, "records", None)
     report.not_read = records.not_read if records is not None else 0
     report.max_rows = records.max_rows if records is not None else 0
+    report.files = list(records.files) if records is not None else []
+    report.left_aside = dict(records.left_aside) if records is not None else {}
     return examples, report
 
 

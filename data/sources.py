@@ -46,6 +46,7 @@ import io
 import json
 import lzma
 import os
+import zlib
 
 from common import cli
 from common import config_cli
@@ -72,6 +73,7 @@ _METADATA = frozenset({"dataset_info.json", "dataset_infos.json", "state.json",
 
 # Skip reasons, in the order reports list them.
 INVALID_JSON = "invalid_json"
+MALFORMED = "malformed"  # a CSV/TSV row with more cells than its header
 MISSING_FIELD = "missing_field"
 NOT_A_STRING = "not_a_string"
 BAD_MESSAGES = "bad_messages"
@@ -85,7 +87,7 @@ NO_CODE = "no_code"
 MEDIA_TOKEN = "media_token"
 TEMPLATE = "template"
 TOO_LONG = "too_long"
-SKIP_REASONS = (INVALID_JSON, MISSING_FIELD, NOT_A_STRING, BAD_MESSAGES, NOT_TEXT, EMPTY,
+SKIP_REASONS = (INVALID_JSON, MALFORMED, MISSING_FIELD, NOT_A_STRING, BAD_MESSAGES, NOT_TEXT, EMPTY,
                 NO_ASSISTANT, UNCLOSED_THINK, NO_CODE, MEDIA_TOKEN, TEMPLATE, TOO_LONG)
 
 
@@ -119,24 +121,47 @@ class Records:
     """The first `max_rows` rows (0: all) of a source, as `Record`s or `Skip`s.
 
     After iteration, `not_read` is how many rows the cap left out and `total` the
-    number of rows in the source."""
+    number of rows in the source. `files` are the data files read (in order) and
+    `left_aside` the files of a folder or glob that were not, with why; `where`
+    names a row's file and its row there."""
 
-    def __init__(self, rows, max_rows=0):
+    def __init__(self, rows, max_rows=0, files=(), left_aside=None, starts=None):
         self._rows = rows  # (iterator factory, row count function)
         self.max_rows = max_rows
         self.total = None
         self.not_read = 0
+        self.files = list(files)
+        self.left_aside = dict(left_aside or {})  # file -> why it was not read
+        # (first row number, file) of each file begun, filled in as they are read.
+        self._starts = starts if starts is not None else []
+
+    def where(self, number):
+        """`FILE row K` for row `number` of a source of several files, else ""."""
+        if len(self.files) < 2:
+            return ""
+        start, path = max(((s, p) for s, p in self._starts if s <= number),
+                          default=(1, self.files[0]))
+        return f"{os.path.basename(path)} row {number - start + 1}"
 
     def __iter__(self):
         iterate, count = self._rows
         number = 0
         for number, item in enumerate(iterate(), start=1):
-            if self.max_rows and number > self.max_rows:
+            if isinstance(item, Skip):
+                yield item
+            else:
+                record = _record(number, item)
+                yield (Skip(number, record.reason, self._named(number, record.detail))
+                       if isinstance(record, Skip) else record)
+            if self.max_rows and number == self.max_rows:  # not one row more is read
                 self.total = count()
                 self.not_read = self.total - self.max_rows
                 return
-            yield item if isinstance(item, Skip) else _record(number, item)
         self.total = number
+
+    def _named(self, number, detail):
+        where = self.where(number)
+        return f"{where}: {detail}" if where else detail
 
 
 def _record(number, fields):
@@ -213,6 +238,8 @@ def _json_lines(path, encoding):
 
     def count():
         with _open_binary(path) as f:
+            if "\n".encode(codec.replace("-sig", "")) != b"\n":  # UTF-16, UTF-32
+                return sum(1 for line in _decoded_lines(f, codec) if line.strip())
             return sum(1 for line in f if line.strip())
     return iterate, count
 
@@ -239,16 +266,27 @@ def _json(path, encoding):
 
 
 def _parquet(path):
+    """Opened when read, not before: a folder of thousands of shards holds one open."""
     import pyarrow.parquet as pq  # pylint: disable=import-outside-toplevel
-    try:
-        table = pq.ParquetFile(path)
-    except Exception as e:  # pyarrow raises several types for a bad file
-        raise DataError(f"cannot read Parquet file {path}: {e}") from e
+
+    def opened():
+        try:
+            return pq.ParquetFile(path)
+        except Exception as e:  # pyarrow raises several types for a bad file
+            raise DataError(f"cannot read Parquet file {path}: {e}") from e
 
     def iterate():
-        for batch in table.iter_batches(batch_size=4096):
-            yield from batch.to_pylist()
-    return iterate, lambda: table.metadata.num_rows
+        with opened() as table:
+            for batch in table.iter_batches(batch_size=4096):
+                yield from batch.to_pylist()
+
+    def count():
+        with opened() as table:
+            return table.metadata.num_rows
+    return iterate, count
+
+
+csv.field_size_limit(1 << 30)  # a cell may hold a whole document; Python's default is 128 KiB
 
 
 def _delimited(delimiter):
@@ -262,7 +300,12 @@ def _delimited(delimiter):
                 number = 0
                 try:
                     for number, row in enumerate(rows, start=1):
-                        yield row
+                        if None in row:  # csv's key for cells past the header's
+                            yield Skip(number, MALFORMED, f"expected {len(rows.fieldnames)} "
+                                       f"cells as the header has, found "
+                                       f"{len(rows.fieldnames) + len(row[None])}")
+                        else:
+                            yield row
                 except UnicodeDecodeError as e:
                     raise _not_encoded(path, f"row {number + 1}", encoding, e) from None
                 except csv.Error as e:
@@ -357,15 +400,31 @@ def _split_of(name):
     return None
 
 
-def _data_files(names, split, where):
-    """The names among `names` (relative paths in the folder `where`) that hold the
-    rows of `split`: data files only (READMEs, hidden files and `datasets`' own
-    metadata left aside); when some name a split (the Hub's
+@dataclasses.dataclass
+class Files:
+    """The data files a source reads, in order, and those of its folder or glob it
+    leaves aside, with why (another split, not a data file)."""
+    read: list
+    left_aside: dict = dataclasses.field(default_factory=dict)
+
+
+def _data_files(names, split, where, explicit=False):
+    """The `Files` among `names` (relative paths in the folder, or the matches of the
+    glob, `where`) that hold the rows of `split`: data files only (READMEs, hidden
+    files and `datasets`' own metadata left aside, unless the glob named them:
+    `explicit`); when some name a split (the Hub's
     `SET/data/train-00000-of-00004.parquet`, `train.jsonl`, `test/part-0.jsonl`), those
     of `split` (the train split: the files that name no split, if none names it);
     otherwise all of them, as one `train` split."""
-    data = [n for n in names if _file_type(n) and os.path.basename(n) not in _METADATA
-            and not any(part.startswith((".", "_")) for part in n.split("/"))]
+    left = {}
+    data = []
+    for name in names:
+        hidden = any(part.startswith((".", "_")) for part in name.split("/"))
+        if explicit or (_file_type(name) and os.path.basename(name) not in _METADATA
+                        and not hidden):
+            data.append(name)
+        else:
+            left[name] = "hidden" if hidden else "not a data file"
     if not data:
         raise DataError(f"{where}: no data file in it (expected {', '.join(FILE_TYPES)} files, "
                         "compressed or not, or a folder written by datasets); found "
@@ -377,14 +436,15 @@ def _data_files(names, split, where):
         if wanted != "train":
             raise DataError(f"{where}: no file names a split, so its {len(data)} files are "
                             f"the train split; there is no split {split!r} (set data.split)")
-        return sorted(data)
+        return Files(sorted(data), left)
     chosen = sorted(n for n, s in splits.items() if s == wanted)
     if not chosen and wanted == "train":  # `chats-0.jsonl`, `chats-1.jsonl` and `test.jsonl`
         chosen = sorted(n for n, s in splits.items() if s is None)
     if not chosen:
         raise DataError(f"{where}: no file of split {split!r}; its files name the splits "
                         f"{', '.join(named)} (set data.split)")
-    return chosen
+    left.update({n: f"split {s or 'none'}" for n, s in splits.items() if n not in chosen})
+    return Files(chosen, left)
 
 
 def _is_saved_dataset(path):
@@ -392,10 +452,39 @@ def _is_saved_dataset(path):
     return "dataset_dict.json" in names or {"dataset_info.json", "state.json"} <= names
 
 
-def _local_files(path, split):
-    names = sorted(os.path.relpath(os.path.join(d, f), path).replace(os.sep, "/")
-                   for d, _, found in os.walk(path) for f in found)
-    return [os.path.join(path, n) for n in _data_files(names, split, path)]
+def _walk(path):
+    """Relative names of the files under `path`, following linked folders once each."""
+    seen, names = set(), []
+    for directory, folders, found in os.walk(path, followlinks=True):
+        real = os.path.realpath(directory)
+        if real in seen:  # a link back up, or to a folder already read
+            folders[:] = []
+            continue
+        seen.add(real)
+        names += [os.path.relpath(os.path.join(directory, f), path).replace(os.sep, "/")
+                  for f in found]
+    return sorted(names)
+
+
+def _local(where, names, split, explicit=False):
+    files = _data_files(names, split, where, explicit)
+    return Files([os.path.join(where, n) for n in files.read],
+                 {os.path.join(where, n): why for n, why in files.left_aside.items()})
+
+
+def _local_glob(source, path, split):
+    """The files a local glob matches (each real file once), split by their names
+    below the glob's fixed part."""
+    root, _ = _glob_root(path)
+    names, seen = [], set()
+    for match in sorted(glob.glob(path, recursive=True)):
+        real = os.path.realpath(match)
+        if os.path.isfile(match) and real not in seen:
+            seen.add(real)
+            names.append(os.path.relpath(match, root).replace(os.sep, "/"))
+    if not names:
+        raise DataError(f"data source {source!r} matches no file")
+    return _local(root, names, split, explicit=True)
 
 
 def _gs_files(url, split):
@@ -405,15 +494,25 @@ def _gs_files(url, split):
         names = [n for n in storage.list_names(root) if _matches(pattern, n)]
         if not names:
             raise DataError(f"{url} matches no object")
+        files = _data_files(names, split, url, explicit=True)
     else:
         root, names = url, storage.list_names(url)
         if names == ["."]:
-            return [storage.fetch_file(url)]
+            return _single(storage.fetch_file(url), split, url)
         if not names:
             raise storage.StorageError(f"{url} does not exist (no objects under it)")
-        names = _data_files(names, split, url)
-    local = storage.fetch(root, only=names)
-    return [os.path.join(local, *n.split("/")) for n in names]
+        files = _data_files(names, split, url)
+    local = storage.fetch(root, only=files.read)
+    return Files([os.path.join(local, *n.split("/")) for n in files.read],
+                 {storage.join(root, n): why for n, why in files.left_aside.items()})
+
+
+def _single(path, split, source):
+    """One file: the train split, whatever its name."""
+    if _SPLIT_ALIASES.get(split.lower(), split.lower()) != "train":
+        raise DataError(f"{source} is one file, one train split: there is no split {split!r} "
+                        "in it (give the split's own file, or a folder of both)")
+    return Files([path])
 
 
 def _hub_repo_files(repo_id):
@@ -428,26 +527,32 @@ def _hub_download(repo_id, filename):
 
 def _hub_files(url, split):
     """Local copies of the Hub data set file, folder or glob
-    `hf://datasets/OWNER/NAME/PATH` (downloaded into the Hugging Face cache)."""
+    `hf://datasets/OWNER/NAME/PATH` (its root folder without PATH), downloaded into
+    the Hugging Face cache."""
     parts = url[len(HUB_FILE):].split("/", 2)
-    if len(parts) < 3 or not all(parts):
-        raise DataError(f"{url}: a Hub data set file is {HUB_FILE}OWNER/NAME/PATH (a file, a "
-                        "folder or a glob such as data/train-*.parquet)")
-    repo_id, path = "/".join(parts[:2]), parts[2].strip("/")
+    if len(parts) < 2 or not all(parts[:2]):
+        raise DataError(f"{url}: a Hub data set source is {HUB_FILE}OWNER/NAME[/PATH] (a file, "
+                        "a folder or a glob such as data/train-*.parquet)")
+    repo_id, path = "/".join(parts[:2]), (parts[2] if len(parts) > 2 else "").strip("/")
     try:
         if _file_type(path) and not _is_glob(path):
-            return [_hub_download(repo_id, path)]
+            return _single(_hub_download(repo_id, path), split, url)
         files = _hub_repo_files(repo_id)
         if _is_glob(path):
             names = [f for f in files if _matches(path, f)]
             if not names:
                 raise DataError(f"{url} matches no file of {repo_id}")
+            chosen = _data_files(names, split, url, explicit=True)
         else:
-            inside = [f[len(path) + 1:] for f in files if f.startswith(path + "/")]
+            prefix = path + "/" if path else ""
+            inside = [f[len(prefix):] for f in files if f.startswith(prefix)]
             if not inside:
                 raise DataError(f"{url}: {repo_id} has no file or folder {path}")
-            names = [f"{path}/{n}" for n in _data_files(inside, split, url)]
-        return [_hub_download(repo_id, name) for name in names]
+            chosen = _data_files(inside, split, url)
+            chosen = Files([prefix + n for n in chosen.read],
+                           {prefix + n: why for n, why in chosen.left_aside.items()})
+        return Files([_hub_download(repo_id, name) for name in chosen.read],
+                     {f"{HUB_FILE}{repo_id}/{n}": why for n, why in chosen.left_aside.items()})
     except DataError:
         raise
     except Exception as e:  # network, auth and missing-file errors alike
@@ -455,26 +560,28 @@ def _hub_files(url, split):
 
 
 def local_files(source, split="train"):
-    """The local data files of a file-like source (`sample`, a file, folder or glob,
-    local, gs:// or hf://datasets/), a folder written by `datasets` as a string,
-    or None for a Hub data set id."""
+    """The `Files` of a file-like source (`sample`, a file, folder or glob, local,
+    gs:// or hf://datasets/), a folder written by `datasets` as a string, or None
+    for a Hub data set id. A path that exists is read as it is, even where its
+    name holds `*`, `?` or `[`; only one that does not is a glob."""
     if source == SAMPLE:
-        return [SAMPLE_PATH]
-    if storage.is_url(source) and not source.startswith(HUB_FILE):
-        return _gs_files(storage.check_url(source), split)
+        return Files([SAMPLE_PATH])
+    if source.startswith("hf://") and not source.startswith(HUB_FILE):
+        raise DataError(f"{source}: a Hub data set source is {HUB_FILE}OWNER/NAME[/PATH] "
+                        "(models are not data)")
     if source.startswith(HUB_FILE):
         return _hub_files(source, split)
+    if storage.is_url(source):
+        return _gs_files(storage.check_url(source), split)
     path = config_cli.user_path(source)  # relative to where the user ran the command
-    if _is_glob(source):
-        paths = sorted(p for p in glob.glob(path, recursive=True) if os.path.isfile(p))
-        if not paths:
-            raise DataError(f"data source {source!r} matches no file")
-        return paths
     if os.path.isdir(path):
-        return path if _is_saved_dataset(path) else _local_files(path, split)
+        return path if _is_saved_dataset(path) else _local(path, _walk(path), split)
     if os.path.exists(path):
-        return [path]
-    if source.count("/") == 1 and not source.startswith((".", "/")):
+        return _single(path, split, source)
+    if _is_glob(source):
+        return _local_glob(source, path, split)
+    if (source.count("/") == 1 and not source.startswith((".", "/", "~"))
+            and not _file_type(source)):
         return None
     raise DataError(f"data source {source!r} is neither a file, folder or glob, nor "
                     "'sample', nor a gs:// or hf://datasets/ URL, nor a Hub data set id like "
@@ -505,24 +612,48 @@ def _file_rows(path, encoding):
     return _READERS[suffix](path, encoding)
 
 
-def _shards(paths, encoding):
+_DECOMPRESSION_ERRORS = (OSError, EOFError, lzma.LZMAError, zlib.error)
+
+
+def _guarded(path, rows):
+    """`rows` (an iterator factory) with a damaged file (a compressed file that
+    does not decompress, a truncated one) as one DataError naming it."""
+    def iterate():
+        try:
+            yield from rows()
+        except _DECOMPRESSION_ERRORS as e:
+            raise DataError(f"{path}: cannot read it ({type(e).__name__}: {e}); a damaged or "
+                            "truncated file?") from None
+    return iterate
+
+
+def _shards(paths, encoding, starts):
     """The rows of several files, one after the other, numbered on from file to file;
-    a skipped row's detail names its file and its row there."""
+    `starts` gets each file's first row number as it begins. A row skipped by its
+    reader names its file and its row there."""
     readers = [(path, *_file_rows(path, encoding)) for path in paths]
-    if len(readers) == 1:
-        return readers[0][1:]
 
     def iterate():
         offset = 0
         for path, rows, _ in readers:
+            starts.append((offset + 1, path))
             local = 0
-            for local, item in enumerate(rows(), start=1):
-                if isinstance(item, Skip):
+            for local, item in enumerate(_guarded(path, rows)(), start=1):
+                if isinstance(item, Skip) and len(readers) > 1:
                     item = Skip(offset + item.number, item.reason,
                                 f"{os.path.basename(path)} row {item.number}: {item.detail}")
                 yield item
             offset += local
-    return iterate, lambda: sum(count() for _, _, count in readers)
+
+    def count():
+        total = 0
+        for path, _, rows in readers:
+            try:
+                total += rows()
+            except _DECOMPRESSION_ERRORS as e:
+                raise DataError(f"{path}: cannot read it ({type(e).__name__}: {e})") from None
+        return total
+    return iterate, count
 
 
 def read(source, *, subset="", split="train", max_rows=0, encoding="utf-8"):
@@ -535,4 +666,6 @@ def read(source, *, subset="", split="train", max_rows=0, encoding="utf-8"):
         return Records(_hub_dataset(source, subset, split), max_rows)
     if isinstance(files, str):
         return Records(_saved_dataset(files, split), max_rows)
-    return Records(_shards(files, encoding), max_rows)
+    starts = []
+    return Records(_shards(files.read, encoding, starts), max_rows, files=files.read,
+                   left_aside=files.left_aside, starts=starts)

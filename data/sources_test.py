@@ -107,6 +107,97 @@ class FoldersAndGlobsTest(absltest.TestCase):
         self.assertFalse(sources._matches("train-?.jsonl", "train-10.jsonl"))
 
 
+class HostileShapesTest(absltest.TestCase):
+    """What an outside attack on the folders and globs found, each case kept."""
+
+    def test_a_path_that_exists_is_read_as_it_is_even_with_glob_characters(self):
+        folder = self.create_tempdir().full_path
+        _write(folder, "a[1].jsonl", [{"i": "bracketed"}])
+        _write(folder, "a1.jsonl", [{"i": "other"}])
+        _write(folder, "run[2]/part-0.jsonl", [{"i": "in a bracketed folder"}])
+        self.assertEqual([f["i"] for _, f in _rows(os.path.join(folder, "a[1].jsonl"))[0]],
+                         ["bracketed"])
+        self.assertEqual([f["i"] for _, f in _rows(os.path.join(folder, "run[2]"))[0]],
+                         ["in a bracketed folder"])
+
+    def test_a_damaged_compressed_shard_is_one_error_naming_it(self):
+        folder = self.create_tempdir().full_path
+        _write(folder, "a.jsonl", [{"i": 1}])
+        with open(os.path.join(folder, "b.jsonl.gz"), "wb") as f:
+            data = gzip.compress("".join(json.dumps({"i": i, "r": os.urandom(8).hex()}) + "\n"
+                                         for i in range(200)).encode())
+            f.write(data[:len(data) // 2])  # truncated
+        with self.assertRaisesRegex(sources.DataError, r"b\.jsonl\.gz: cannot read it"):
+            _rows(folder)
+
+    def test_files_left_aside_are_listed_with_why(self):
+        folder = self.create_tempdir().full_path
+        _write(folder, "train.jsonl", [{"i": 1}])
+        _write(folder, "extra-0.jsonl", [{"i": 2}])
+        _write(folder, "_scratch.jsonl", [{"i": 3}])
+        _write(folder, "notes.txt", ["x"])
+        _, records = _rows(folder)
+        self.assertEqual([os.path.basename(p) for p in records.files], ["train.jsonl"])
+        self.assertEqual({os.path.basename(p): why for p, why in records.left_aside.items()},
+                         {"extra-0.jsonl": "split none", "_scratch.jsonl": "hidden",
+                          "notes.txt": "not a data file"})
+
+    def test_a_glob_and_a_single_file_honour_the_split(self):
+        folder = self.create_tempdir().full_path
+        train = _write(folder, "train.jsonl", [{"s": "train"}])
+        _write(folder, "test.jsonl", [{"s": "test"}])
+        pattern = os.path.join(folder, "*.jsonl")
+        self.assertEqual([f["s"] for _, f in _rows(pattern)[0]], ["train"])
+        self.assertEqual([f["s"] for _, f in _rows(pattern, split="test")[0]], ["test"])
+        with self.assertRaisesRegex(sources.DataError, "is one file, one train split: there "
+                                                       "is no split 'test'"):
+            _rows(train, split="test")  # never the training rows as a validation set
+        # A folder above the glob named like a split says nothing of the files.
+        deep = self.create_tempdir().full_path
+        _write(deep, "testing/chats-0.jsonl", [{"s": "a"}])
+        self.assertLen(_rows(os.path.join(deep, "testing", "*.jsonl"))[0], 1)
+
+    def test_linked_folders_are_read_once_and_never_loop(self):
+        folder = self.create_tempdir().full_path
+        _write(folder, "part-0.jsonl", [{"i": 1}])
+        other = self.create_tempdir().full_path
+        _write(other, "part-1.jsonl", [{"i": 2}])
+        os.symlink(folder, os.path.join(folder, "loop"))
+        os.symlink(other, os.path.join(folder, "more"))
+        self.assertEqual(sorted(f["i"] for _, f in _rows(folder)[0]), [1, 2])
+        self.assertEqual(sorted(f["i"] for _, f in _rows(os.path.join(folder, "**",
+                                                                      "*.jsonl"))[0]), [1, 2])
+
+    def test_one_bad_row_does_not_stop_the_run(self):
+        folder = self.create_tempdir().full_path
+        big = "x" * 300_000  # past csv's default 128 KiB cell limit
+        with open(os.path.join(folder, "rows.csv"), "w") as f:
+            f.write(f"prompt,completion\nq,{big}\nq2,a,extra cell\nq3,a3\n")
+        items, _ = _rows(os.path.join(folder, "rows.csv"))
+        self.assertEqual(items[0][1]["completion"], big)
+        self.assertEqual((items[1].number, items[1].reason), (2, sources.MALFORMED))
+        self.assertEqual(items[2], (3, {"prompt": "q3", "completion": "a3"}))
+
+    def test_the_cap_reads_no_row_past_it_and_counts_utf16_rows(self):
+        folder = self.create_tempdir().full_path
+        _write(folder, "a.jsonl", [{"i": 1}, {"i": 2}])
+        with open(os.path.join(folder, "b.jsonl"), "wb") as f:
+            f.write(b'{"i": "\xff"}\n')  # not UTF-8: past the cap, never read
+        items, records = _rows(folder, max_rows=2)
+        self.assertEqual((len(items), records.not_read), (2, 1))
+        wide = os.path.join(folder, "wide.jsonl")
+        with open(wide, "w", encoding="utf-16") as f:
+            f.write("".join(json.dumps({"i": i}) + "\n" for i in range(5)))
+        _, records = _rows(wide, max_rows=2, encoding="utf-16")
+        self.assertEqual(records.not_read, 3)
+
+    def test_misnamed_sources_get_the_right_error(self):
+        with self.assertRaisesRegex(sources.DataError, "a Hub data set source is hf://datasets/"):
+            _rows("hf://someone/chats/train.jsonl")
+        with self.assertRaisesRegex(sources.DataError, "neither a file, folder or glob"):
+            _rows("typo/nothere.jsonl")  # a missing file, not a Hub data set id
+
+
 class RemoteTest(absltest.TestCase):
 
     def setUp(self):
@@ -124,9 +215,11 @@ class RemoteTest(absltest.TestCase):
             folder = [f["i"] for _, f in _rows("gs://bkt/set/")[0]]
             test = [f["i"] for _, f in _rows("gs://bkt/set", split="test")[0]]
             globbed = [f["i"] for _, f in _rows("gs://bkt/set/data/*-0000?-of-*.jsonl")[0]]
+            globbed_test = [f["i"] for _, f in _rows("gs://bkt/set/data/*.jsonl",
+                                                     split="test")[0]]
             with self.assertRaisesRegex(sources.DataError, "matches no object"):
                 _rows("gs://bkt/set/data/*.parquet")
-        self.assertEqual((folder, test, globbed), ([1, 2], [3], [3, 1, 2]))  # in name order
+        self.assertEqual((folder, test, globbed, globbed_test), ([1, 2], [3], [1, 2], [3]))
 
     def test_a_hub_glob_and_folder_download_only_their_files(self):
         local = self.create_tempdir().full_path
@@ -147,6 +240,7 @@ class RemoteTest(absltest.TestCase):
             self.assertEqual(downloaded, ["data/train-00000-of-00002.jsonl",
                                           "data/train-00001-of-00002.jsonl"])
             folder = _rows("hf://datasets/someone/chats/data", split="test")[0]
+            root = _rows("hf://datasets/someone/chats")[0]  # the whole repository: train
             with self.assertRaisesRegex(sources.DataError, "matches no file of someone/chats"):
                 _rows("hf://datasets/someone/chats/data/*.parquet")
             with self.assertRaisesRegex(sources.DataError, "someone/chats has no file or "
@@ -154,6 +248,7 @@ class RemoteTest(absltest.TestCase):
                 _rows("hf://datasets/someone/chats/other")
         self.assertEqual([f["i"] for _, f in globbed], [1, 2])
         self.assertEqual([f["i"] for _, f in folder], [3])
+        self.assertEqual([f["i"] for _, f in root], [1, 2])
 
 
 class ShapedDataTest(absltest.TestCase):

@@ -66,9 +66,26 @@ def resolve(name, run_dir):
         try:
             return snapshot_download(name, allow_patterns=_HUB_PATTERNS)
         except Exception as e:  # network, auth, missing repo alike
-            raise BaseModelError(f"cannot download base model {name}: {e}") from e
+            raise BaseModelError(f"cannot download base model {name}: {hub_error(name, e)}") \
+                from e
     raise BaseModelError(f"base model {name!r} is neither {TINY!r}, {RANDOM!r}, a directory, "
                          "nor a Hub id")
+
+
+def hub_error(name, error):
+    """A Hub download's failure in one line: for a gated model (Gemma is), the fix."""
+    text = str(error)
+    first = text.strip().splitlines()[0] if text.strip() else type(error).__name__
+    gated = (type(error).__name__ in ("GatedRepoError", "RepositoryNotFoundError")
+             or any(f"{code} Client Error" in text for code in (401, 403))
+             or "gated" in text.lower())
+    if not gated:
+        return first
+    token = "HF_TOKEN is set" if os.environ.get("HF_TOKEN") else "no HF_TOKEN is set"
+    return (f"{name} is gated or private and {token}: accept its licence at "
+            f"https://huggingface.co/{name} with your Hugging Face account, then export "
+            "HF_TOKEN=<a read token of that account> (huggingface.co/settings/tokens) or "
+            f"run `huggingface-cli login` ({first})")
 
 
 # Copies of public Hub configs, for what needs only a config.json (the TPU stack's
@@ -94,7 +111,8 @@ def config_only(name):
         try:
             path = hf_hub_download(name, "config.json")
         except Exception as e:  # network, auth, missing repo alike
-            raise BaseModelError(f"cannot download {name}/config.json: {e}") from e
+            raise BaseModelError(f"cannot download {name}/config.json: {hub_error(name, e)}") \
+                from e
     else:
         raise BaseModelError(f"{name!r} is neither a config.json, a directory, nor a Hub id")
     return _read_json(path), os.path.abspath(path)

@@ -131,8 +131,12 @@ DEMO_DATA_PARALLEL = 2  # the CPU TPU config's replicas: an effective batch spli
 # held at its peak at 0.050, where greedy decoding reproduces all 4 answers. Steps of
 # the 4 rows once: 0.097 with the recipe's LoRA dropout, and without it 0.016 after 30
 # steps (dropout is noise to a demo whose point is to memorise).
+# The demo owns the data: a recipe's validation set (held out of it, or read from
+# elsewhere) would take rows the demo trains on, or name data it does not use.
 DEMO_RECIPE = ("--config.lora.rank=16", "--config.lora.alpha=64.0", "--config.lora.dropout=0.0",
-               "--config.optimizer.end_learning_rate=0.01", "--config.data.packing=False")
+               "--config.optimizer.end_learning_rate=0.01", "--config.data.packing=False",
+               "--config.data.eval_fraction=0.0", "--config.data.eval_source=",
+               "--config.data.eval_split=")
 
 
 def demo_inputs(p, sample_problems, steps):
@@ -229,11 +233,14 @@ def run_stages(p, stages, *, tpu_config, gpu_config, serve_config, base_url, tra
         key_env = _serving(serve_config).api_key_env
         if sample_problems and not _complete(sample_dir, "problems.txt"):
             p.run("eval", "//eval:sample_tasks", f"--out={sample_dir}")
+        # A --config of eval_args (a recipe's) goes before any --config.FIELD override.
+        configs = [a for a in eval_args if a.startswith("--config=")]
+        others = [a for a in eval_args if not a.startswith("--config=")]
         for model, which, out in evals:
             if model in names and not _complete(out, "summary.json"):
-                p.run("eval", "//eval:verilog_eval", f"--base_url={base_url}/v1",
+                p.run("eval", "//eval:verilog_eval", *configs, f"--base_url={base_url}/v1",
                       f"--model={model}", *which, f"--out_dir={out}",
-                      f"--config.api_key_env={key_env}", *eval_args)
+                      f"--config.api_key_env={key_env}", *others)
 
     plans = [(None, [], None, (BASE, FINETUNED))] if base_url else _serve_plans(
         serves_adapters(serve_config), _base_model(tpu), export)

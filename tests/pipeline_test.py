@@ -10,19 +10,40 @@ finished stage, and that a removed stage output shows up in the report as missin
 
 import json
 import os
+import re
 import shutil
 import subprocess
 
 from absl.testing import absltest
 
 from common import binaries
+from common import repo
 from report import pipeline as pipeline_lib
+
+# A user's recipe file: the one docs/your-fine-tune.md shows, copied out of the
+# repository, its CPU variant (`@cpu`) given to every stage.
+RECIPE = os.path.join(os.environ["TEST_TMPDIR"], "elsewhere", "my_recipe.py")
+
+
+def write_recipe():
+    """The page's recipe file, written outside the repository; its path."""
+    with open(os.path.join(repo.code_root(), "docs", "your-fine-tune.md")) as f:
+        blocks = re.findall(r"```python\n(.*?)```", f.read(), re.S)
+    (text,) = [b for b in blocks if b.startswith("# my_recipe.py")]
+    os.makedirs(os.path.dirname(RECIPE), exist_ok=True)
+    with open(RECIPE, "w") as f:
+        f.write(text)
+    return RECIPE
+
 
 # The demo on two short sample tasks: both stacks learn their rows, greedy answers.
 # The TPU stack on one CPU device (its steps twice as fast as on cpu.py's 2 x 4
-# mesh, which k8s_rehearsal_test trains on).
-ARGS = ("--demo_steps=30", "--problems=Prob001_zero,Prob005_notgate",
-        "--eval_args=--n=1,--temperature=0.0,--max_tokens=128",
+# mesh, which k8s_rehearsal_test trains on). Every stage takes the recipe file.
+ARGS = ("--demo", "--demo_steps=30", "--problems=Prob001_zero,Prob005_notgate",
+        f"--tpu_config={RECIPE}:train@cpu", f"--gpu_config={RECIPE}:gpu@cpu",
+        f"--serve_config={RECIPE}:serve@cpu",
+        f"--eval_args=--config={RECIPE}:eval@cpu,--temperature=0.0,--max_tokens=128",
+        "--train_args=--config.tracking.report_to=tensorboard",
         "--sample_problems=Prob008_parity_gen,Prob022_dff_srst", "--sweep=64x4",
         "--tpu_args=--config.cpu_devices=1,--config.mesh.fsdp=1,--config.mesh.tp=1")
 
@@ -50,9 +71,27 @@ class ServePlansTest(absltest.TestCase):
             ("E/merged", [], finetuned, (finetuned,)), ("B", [], base, (base,))])
 
 
+class RecipePlanTest(absltest.TestCase):
+
+    def test_the_plan_takes_the_recipe(self):
+        recipe = write_recipe()
+        out = self.create_tempdir().full_path
+        done = subprocess.run(binaries.command(
+            "//report:plan", f"--config={recipe}:train", "--machines=gpu-h100x2",
+            "--tokenizer=embedded", "--config.data.source=synthetic:300", f"--out={out}"),
+            env=binaries.child_env(), capture_output=True, text=True, timeout=900, check=False)
+        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+        with open(os.path.join(out, "plan.json")) as f:
+            plan = json.load(f)
+        self.assertEqual((plan["recipe"]["lora"]["rank"], plan["recipe"]["data"]["epochs"]),
+                         (32, 2))
+        self.assertTrue(plan["plans"][0]["fits"])
+
+
 class PipelineTest(absltest.TestCase):
 
     def test_whole_system(self):
+        write_recipe()
         workdir = os.path.join(absltest.get_default_test_tmpdir(), "pipeline")
         first = pipeline(workdir)
         logs = os.path.join(workdir, "logs")
@@ -62,6 +101,15 @@ class PipelineTest(absltest.TestCase):
         print(first.stdout)  # each stage and its seconds
         with open(os.path.join(workdir, "tpu", "run.json")) as f:
             self.assertEqual(json.load(f)["devices"], 1)  # --tpu_args: the TPU trainer's
+        # The recipe reached every stage: its training fields (those the demo does
+        # not set), its serving config, its evaluation's n.
+        for stack in ("tpu", "gpu"):
+            with open(os.path.join(workdir, stack, "config.json")) as f:
+                config = json.load(f)
+            self.assertEqual((config["tracking"]["project"], config["data"]["epochs"] > 0),
+                             ("my-chats", True), stack)
+        with open(os.path.join(workdir, "eval-finetuned", "config.json")) as f:
+            self.assertEqual(json.load(f)["n"], 1)
         with open(os.path.join(workdir, "report", "report.json")) as f:
             report = json.load(f)
         # Both training runs, on the CPU machine: figures from their metrics.

@@ -14,6 +14,7 @@ refuse incompatible checkpoints and handle preemption the same way, and their
 run directories compare key for key (tests/parity_test.py checks it).
 """
 
+import collections
 import dataclasses
 import functools
 import os
@@ -236,6 +237,9 @@ def write_run_info(run, *, devices, processes, device_kind, parallelism, attenti
                  "rows_read": report.rows_read, "max_rows": report.max_rows,
                  "rows_capped": report.not_read, "kept": report.kept,
                  "dropped": dict(report.dropped), "truncated": report.truncated,
+                 "files_read": len(report.files),
+                 "files": report.files[:DROPPED_ROWS_LISTED],
+                 "left_aside": dict(list(report.left_aside.items())[:DROPPED_ROWS_LISTED]),
                  # Per reason: an example of what was expected and found, and the
                  # first rows (//data:inspect lists the same).
                  "dropped_why": dict(report.first_detail),
@@ -245,7 +249,19 @@ def write_run_info(run, *, devices, processes, device_kind, parallelism, attenti
 
 
 def capped(report, data):
-    """What was read of the source, in words: every row, or the cap and what it left."""
+    """What was read of the source, in words: every row, or the cap and what it left;
+    the files of a folder or glob read and left aside."""
+    files = ""
+    if len(report.files) > 1 or report.left_aside:
+        whys = collections.Counter(report.left_aside.values())
+        files = (f"{len(report.files)} files read" +
+                 (f", {sum(whys.values())} left aside ("
+                  + ", ".join(f"{n} {why}" for why, n in sorted(whys.items())) + ")"
+                  if whys else "") + "; ")
+    return files + _rows_read(report, data)
+
+
+def _rows_read(report, data):
     if not report.max_rows:
         cut = f"; {report.truncated} truncated to {data.max_seq_len} tokens" if report.truncated \
             else ""

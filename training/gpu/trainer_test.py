@@ -164,7 +164,7 @@ class GpuTrainerTest(absltest.TestCase):
                            f"--config.data.max_rows={pipeline.REFERENCE_CAP}",
                            "--config.data.epochs=1", "--config.max_steps=1")
         self.assertEqual(code, 0, output[-3000:])
-        self.assertIn("data: every row of the source read, none capped", output)
+        self.assertIn("data: 3 files read; every row of the source read, none capped", output)
         testing.assert_read_whole(self, workdir)
 
     def test_unwritable_workdir(self):

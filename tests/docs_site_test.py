@@ -267,6 +267,20 @@ class DocsSiteTest(absltest.TestCase):
         self.assertGreater(checked, 5)
         self.assertEqual(problems, [])
 
+    def test_pages_with_cloud_commands_say_whether_they_were_run(self):
+        """A page showing gcloud or kubectl commands says they were not run here (no
+        cloud project or cluster reaches this machine) or how they were checked."""
+        unsaid = []
+        for name in sorted(os.listdir(os.path.join(_root(), "docs"))):
+            if not name.endswith(".md"):
+                continue
+            with open(os.path.join(_root(), "docs", name)) as f:
+                text = f.read()
+            commands = re.findall(r"^\s*(?:gcloud|kubectl) \S+", text, re.M)
+            if commands and not re.search(r"not\s+run\s+here|were\s+not\s+run", text):
+                unsaid.append(f"docs/{name}: {commands[0].strip()}")
+        self.assertEqual(unsaid, [])
+
     def test_a_vague_pointer_into_the_readme_is_caught(self):
         for stale in ("the README's compile tables hold the fit",
                       "compiled ahead of time (//training/tpu:compile, README), the"):

@@ -33,11 +33,12 @@ def default_config():
     """The data fields of the training config (training/common/hparams.py adds them)."""
     c = config_dict.ConfigDict()
     # "sample", a file (.jsonl, .json, .parquet, .csv, .tsv; the text types also
-    # .gz, .bz2, .xz or .zst) or a folder written by datasets, local or gs://;
-    # a file of a Hub data set as hf://datasets/OWNER/NAME/FILE; or a Hub data
-    # set id read by datasets.
+    # .gz, .bz2, .xz or .zst), a folder of such files or a glob over them (split
+    # by their names: data/sources.py), or a folder written by datasets, local or
+    # gs://; a file, folder or glob of a Hub data set as
+    # hf://datasets/OWNER/NAME/PATH; or a Hub data set id read by datasets.
     c.source = REFERENCE_SOURCE
-    # messages, prompt_completion, alpaca, sharegpt or codev (data/formats.py);
+    # messages, prompt_completion, alpaca, sharegpt, codev or text (data/formats.py);
     # auto: from the columns.
     c.format = "auto"
     c.columns = ""  # renames columns first: "question=prompt,answer=completion"

@@ -85,7 +85,7 @@ def hub_error(name, error):
     return (f"{name} is gated or private and {token}: accept its licence at "
             f"https://huggingface.co/{name} with your Hugging Face account, then export "
             "HF_TOKEN=<a read token of that account> (huggingface.co/settings/tokens) or "
-            f"run `huggingface-cli login` ({first})")
+            f"run `hf auth login` ({first})")
 
 
 # Copies of public Hub configs, for what needs only a config.json (the TPU stack's

@@ -145,8 +145,20 @@ def write_many_rows(directory, count=12_000, shards=3):
     return directory
 
 
-def assert_read_whole(test, workdir, count=12_000):
-    """A run's run.json says every row of a `write_many_rows` set was read and kept."""
+def check_read_whole(test, sft, count=12_000):
+    """Both trainers' check that a user's data set past the reference's cap is read
+    whole under the 31B configs' `data.max_rows`: `count` rows in shards in a bucket
+    (the GCS emulator running as gs://bkt), one step of `sft(workdir, *flags)` ->
+    (exit code, output); its first lines and run.json say every row was read."""
+    from common import storage  # pylint: disable=import-outside-toplevel
+    storage.push(write_many_rows(test.create_tempdir().full_path, count), "gs://bkt/many")
+    os.environ[storage.CACHE_ENV] = test.create_tempdir().full_path  # the run's copy
+    workdir = test.create_tempdir().full_path
+    code, output = sft(workdir, "--config.data.source=gs://bkt/many",
+                       f"--config.data.max_rows={pipeline.REFERENCE_CAP}",
+                       "--config.data.epochs=1", "--config.max_steps=1")
+    test.assertEqual(code, 0, output[-3000:])
+    test.assertIn("data: 3 files read; every row of the source read, none capped", output)
     with open(os.path.join(workdir, "run.json")) as f:
         data = json.load(f)["data"]
     test.assertEqual({k: data[k] for k in ("rows_read", "max_rows", "rows_capped", "kept",

@@ -13,7 +13,6 @@ from absl.testing import absltest
 from common import binaries
 from common import gcs_emulator
 from common import storage
-from data import pipeline
 from data import testing
 from training.common import billing_testing
 from training.common import wandb_offline
@@ -200,17 +199,7 @@ class TrainerTest(absltest.TestCase):
         self.assertLess(time.time() - started, 120)
 
     def test_a_data_set_past_the_reference_cap_is_read_whole(self):
-        # 12,000 rows of a user's own, in shards in a bucket, under the 31B configs'
-        # data.max_rows: every row read, none capped.
-        storage.push(testing.write_many_rows(self.create_tempdir().full_path), "gs://bkt/many")
-        os.environ[storage.CACHE_ENV] = self.create_tempdir().full_path  # the run's copy
-        workdir = self.create_tempdir().full_path
-        code, output = sft(workdir, "--config.data.source=gs://bkt/many",
-                           f"--config.data.max_rows={pipeline.REFERENCE_CAP}",
-                           "--config.data.epochs=1", "--config.max_steps=1")
-        self.assertEqual(code, 0, output[-3000:])
-        self.assertIn("data: 3 files read; every row of the source read, none capped", output)
-        testing.assert_read_whole(self, workdir)
+        testing.check_read_whole(self, sft)
 
     def test_unwritable_workdir(self):
         code, output = sft("/proc/no-such-run")

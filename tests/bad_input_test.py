@@ -68,9 +68,9 @@ CASES = {
                           "cannot read completions file"),
     "eval_sample_tasks": ("//eval:sample_tasks", ["--source=" + MISSING + ".jsonl",
                                                 "--out={tmp}/st"],
-                          "is neither a file or folder, nor 'sample'"),
+                          "is neither a file, folder or glob, nor 'sample'"),
     "data_inspect": ("//data:inspect", ["--data.source=" + MISSING + ".jsonl"],
-                     "is neither a file or folder, nor 'sample'"),
+                     "is neither a file, folder or glob, nor 'sample'"),
     "report": ("//report:report", ["--runs=" + MISSING, "--out={tmp}/r"],
                      "is not a directory"),
 }

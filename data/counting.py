@@ -5,10 +5,11 @@ base's tokenizer (steps, token fractions). Both come from the Hub by default.
 Without it (no network, or a Hub that does not answer), a tokenizer is read
 from the local Hugging Face cache only, at once rather than after the Hub
 client's retries, and when neither the tokenizer nor the data was named by the
-user, the default recipe's data is stood in for by OFFLINE_SOURCE: rows with
+user, the default recipe's data is stood in for by `synthetic:N` rows with
 CodeV-R1's token-length profile under the embedded tokenizer (data/synthetic.py),
-as many as the reference reads, said in one line. A user's own data is never
-stood in for.
+said in one line: 10,000 for a plan (as many as the reference reads: its step
+count needs them), 1,000 for the compile's token fractions. A user's own data is
+never stood in for.
 """
 
 import os
@@ -20,7 +21,7 @@ from common import config_cli
 from data import pipeline
 from data import tokenizer as tokenizer_lib
 
-OFFLINE_SOURCE = "synthetic:10000"
+OFFLINE_ROWS = 10_000  # as many as the reference reads: a plan's step count needs them
 
 
 class CountingError(cli.UserError):
@@ -54,11 +55,13 @@ def load_tokenizer(name, local_files_only=False):
                             "pass --tokenizer=embedded to count offline") from e
 
 
-def read(data_config, read_fn, *, tokenizer="", base=""):
+def read(data_config, read_fn, *, tokenizer="", base="", stand_in_rows=OFFLINE_ROWS):
     """(tokenizer name, data source, read_fn(data config, tokenizer)): the data
     counted with `tokenizer` (named by the user) or else `base`'s; offline, the
-    default recipe's data stood in for (see the module docstring)."""
+    default recipe's data stood in for by `stand_in_rows` rows of its profile
+    (see the module docstring; fewer where only token fractions are wanted)."""
     name = tokenizer or base
+    stand_in = f"synthetic:{stand_in_rows}"
     defaults = not tokenizer and data_config.source == pipeline.REFERENCE_SOURCE
     offline = (name != tokenizer_lib.EMBEDDED and not os.path.exists(
         config_cli.path_or_id(name)) and not hub_reachable())
@@ -70,10 +73,10 @@ def read(data_config, read_fn, *, tokenizer="", base=""):
         if not defaults:
             raise
         why = f"{hub_endpoint()[0]} unreachable" if offline else str(e).splitlines()[0][:160]
-        print(f"offline ({why}): counting {OFFLINE_SOURCE} instead of {data_config.source}, "
+        print(f"offline ({why}): counting {stand_in} instead of {data_config.source}, "
               "rows with CodeV-R1's token-length profile under the embedded tokenizer; name "
               "the tokenizer and the data source to count real data", flush=True)
-    stand_in = data_config.copy_and_resolve_references()
-    stand_in.update(source=OFFLINE_SOURCE, max_rows=0)
-    return (tokenizer_lib.EMBEDDED, OFFLINE_SOURCE,
-            read_fn(stand_in, tokenizer_lib.load(tokenizer_lib.EMBEDDED)))
+    stood_in = data_config.copy_and_resolve_references()
+    stood_in.update(source=stand_in, max_rows=0)
+    return (tokenizer_lib.EMBEDDED, stand_in,
+            read_fn(stood_in, tokenizer_lib.load(tokenizer_lib.EMBEDDED)))

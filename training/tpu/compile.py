@@ -89,7 +89,8 @@ def measured_fractions(config, base_name):
     # The random base carries the embedded tokenizer (random_model.py).
     base = tokenizer_lib.EMBEDDED if base_name == base_model.RANDOM else base_name
     try:
-        return counting.read(config.data, fractions, base=base)[2]
+        # Token fractions, not a step count: 1,000 rows of the profile give them.
+        return counting.read(config.data, fractions, base=base, stand_in_rows=1000)[2]
     except counting.CountingError as e:
         raise CompileError(f"{e}, or pass --non_padding_fraction and --trained_fraction (and "
                            "--reference_* with --compare_reference)") from None

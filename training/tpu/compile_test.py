@@ -276,7 +276,7 @@ class CompileTest(absltest.TestCase):
                                       env=binaries.child_env(HF_ENDPOINT="http://127.0.0.1:9"))
                 self.assertEqual(done.returncode, 0, done.stderr[-3000:])
                 result = storage.read_json("gs://bkt/compile/compile.json")
-            self.assertIn("offline (127.0.0.1 unreachable): counting synthetic:10000", done.stdout)
+            self.assertIn("offline (127.0.0.1 unreachable): counting synthetic:1000", done.stdout)
             self.assertFalse(os.path.exists("gs:"))  # no local folder named after the URL
             reference, ours = result["rows"]
             self.assertTrue(reference["reference"])

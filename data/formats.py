@@ -426,5 +426,4 @@ class Conversations:
             raise unknown  # no row told the format
 
     def _skip(self, number, reason, detail):
-        where = self.records.where(number)
-        return sources.Skip(number, reason, f"{where}: {detail}" if where else detail)
+        return sources.Skip(number, reason, self.records.named(number, detail))

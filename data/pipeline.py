@@ -156,10 +156,9 @@ def encode_rows(conversations, encoder, config, progress=None):
     flush()
     report.format = getattr(conversations, "format", None) or ""
     records = getattr(conversations, "records", None)
-    report.not_read = records.not_read if records is not None else 0
-    report.max_rows = records.max_rows if records is not None else 0
-    report.files = list(records.files) if records is not None else []
-    report.left_aside = dict(records.left_aside) if records is not None else {}
+    if records is not None:
+        report.not_read, report.max_rows = records.not_read, records.max_rows
+        report.files, report.left_aside = list(records.files), dict(records.left_aside)
     return examples, report
 
 

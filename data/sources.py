@@ -41,11 +41,11 @@ import dataclasses
 import fnmatch
 import glob
 import gzip
-import re
 import io
 import json
 import lzma
 import os
+import re
 import zlib
 
 from common import cli
@@ -87,8 +87,8 @@ NO_CODE = "no_code"
 MEDIA_TOKEN = "media_token"
 TEMPLATE = "template"
 TOO_LONG = "too_long"
-SKIP_REASONS = (INVALID_JSON, MALFORMED, MISSING_FIELD, NOT_A_STRING, BAD_MESSAGES, NOT_TEXT, EMPTY,
-                NO_ASSISTANT, UNCLOSED_THINK, NO_CODE, MEDIA_TOKEN, TEMPLATE, TOO_LONG)
+SKIP_REASONS = (INVALID_JSON, MALFORMED, MISSING_FIELD, NOT_A_STRING, BAD_MESSAGES, NOT_TEXT,
+                EMPTY, NO_ASSISTANT, UNCLOSED_THINK, NO_CODE, MEDIA_TOKEN, TEMPLATE, TOO_LONG)
 
 
 class DataError(cli.UserError):
@@ -147,19 +147,17 @@ class Records:
         iterate, count = self._rows
         number = 0
         for number, item in enumerate(iterate(), start=1):
-            if isinstance(item, Skip):
-                yield item
-            else:
-                record = _record(number, item)
-                yield (Skip(number, record.reason, self._named(number, record.detail))
-                       if isinstance(record, Skip) else record)
+            record = item if isinstance(item, Skip) else _record(number, item)
+            yield (Skip(record.number, record.reason, self.named(record.number, record.detail))
+                   if isinstance(record, Skip) else record)
             if self.max_rows and number == self.max_rows:  # not one row more is read
                 self.total = count()
                 self.not_read = self.total - self.max_rows
                 return
         self.total = number
 
-    def _named(self, number, detail):
+    def named(self, number, detail):
+        """`detail` of row `number`'s skip, after its file and row there (`where`)."""
         where = self.where(number)
         return f"{where}: {detail}" if where else detail
 
@@ -629,8 +627,7 @@ def _guarded(path, rows):
 
 def _shards(paths, encoding, starts):
     """The rows of several files, one after the other, numbered on from file to file;
-    `starts` gets each file's first row number as it begins. A row skipped by its
-    reader names its file and its row there."""
+    `starts` gets each file's first row number as it begins (`Records.where`)."""
     readers = [(path, *_file_rows(path, encoding)) for path in paths]
 
     def iterate():
@@ -639,10 +636,8 @@ def _shards(paths, encoding, starts):
             starts.append((offset + 1, path))
             local = 0
             for local, item in enumerate(_guarded(path, rows)(), start=1):
-                if isinstance(item, Skip) and len(readers) > 1:
-                    item = Skip(offset + item.number, item.reason,
-                                f"{os.path.basename(path)} row {item.number}: {item.detail}")
-                yield item
+                yield (Skip(offset + item.number, item.reason, item.detail)
+                       if isinstance(item, Skip) else item)
             offset += local
 
     def count():

@@ -262,16 +262,14 @@ def capped(report, data):
 
 
 def _rows_read(report, data):
+    cut = f"; {report.truncated} truncated to {data.max_seq_len} tokens" if report.truncated \
+        else ""
     if not report.max_rows:
-        cut = f"; {report.truncated} truncated to {data.max_seq_len} tokens" if report.truncated \
-            else ""
         return f"every row of the source read, none capped{cut}"
     why = (f"the reference recipe's first {report.max_rows:,} rows of its CodeV-R1 file"
            if data.max_rows == pipeline.REFERENCE_CAP else f"data.max_rows={report.max_rows}")
     return (f"capped at {why}: {report.not_read:,} more rows of the source not read "
-            "(data.max_rows=0 reads all)" +
-            (f"; {report.truncated} truncated to {data.max_seq_len} tokens"
-             if report.truncated else ""))
+            f"(data.max_rows=0 reads all){cut}")
 
 
 def step_record(run, *, step, loss, learning_rate, grad_norm, trained_tokens, tokens,

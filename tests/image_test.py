@@ -1,10 +1,11 @@
 """//serving:tpu_image is reproducible and round-trips through a registry.
 
 Builds the image twice, each time with a fresh Bazel output base, and requires
-the same manifest digest and layer diff_ids. The second build shares with the
-first only the source tree and the first's installed packages (the `*_site`
-repositories: 5 GB that the analysis of //serving:serve needs and no layer
-holds, which the test checks); installing them again took 80 of a build's 85 s.
+the same manifest digest and layer diff_ids. The two builds share only the
+source tree and the installed packages (the `*_site` repositories: 5 GB that
+the analysis of //serving:serve needs and no layer holds, which the test
+checks): those the Bazel running this test installed for this tree, else the
+first build's; installing them took 80 of a build's 85 s.
 Then starts Debian's docker-registry on a free loopback port (storage in the
 test's temp dir), pushes with `bazel run //serving:push_tpu_image --
 --repository=127.0.0.1:PORT/...`, reads the digest back with `skopeo inspect`,
@@ -20,6 +21,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -41,6 +43,36 @@ def free_port():
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+def current_sites(root):
+    """{name: path} of the `*_site` repositories that the Bazel running this test
+    installed from this tree's locks and tools: its repository marker's digest of
+    every file of the tree it read is that file's digest now."""
+    output_base = os.path.realpath(os.environ["TEST_SRCDIR"]).split("/execroot/")[0]
+    external = os.path.join(output_base, "external")
+    found = {}
+    for name in os.listdir(external) if os.path.isdir(external) else ():
+        marker = os.path.join(external, f"@{name}.marker")
+        if not name.endswith("_site") or not os.path.exists(marker):
+            continue
+        with open(marker) as f:
+            files = re.findall(r"^FILE://([^:\s]*):(\S+) ([0-9a-f]{64})$", f.read(), re.M)
+        if files and all(_sha256(os.path.join(root, package, file)) == digest
+                         for package, file, digest in files):
+            found[name] = os.path.join(external, name)
+    return found
+
+
+def _sha256(path):
+    if not os.path.isfile(path):
+        return None
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def overrides(sites):
+    return [f"--override_repository={name}={path}" for name, path in sorted(sites.items())]
 
 
 def read_json(path):
@@ -79,13 +111,20 @@ class ImageTest(absltest.TestCase):
         cls.root = repo.source_root()
         # Short paths: Bazel's server socket lives in its output base.
         cls.tmp = tempfile.mkdtemp(prefix="g4img-", dir="/tmp")
-        first = cls.bazel_build("a")
+        cls.options = {}
+        installed = current_sites(cls.root)
+        print(f"installed packages of this test's Bazel: {sorted(installed) or 'none current'}")
+        started = time.monotonic()
+        first = cls.bazel_build("a", *overrides(installed))
+        print(f"build a: {time.monotonic() - started:.0f} s")
         external = os.path.join(first[0], "external")
-        cls.shared = sorted(name for name in os.listdir(external) if name.endswith("_site")
-                            and os.path.isdir(os.path.join(external, name)))
-        cls.outputs = [first, cls.bazel_build("b", *(
-            f"--override_repository={name}={os.path.join(external, name)}"
-            for name in cls.shared))]
+        installed.update({name: os.path.join(external, name) for name in os.listdir(external)
+                          if name.endswith("_site") and name not in installed
+                          and os.path.isdir(os.path.join(external, name))})
+        cls.shared = sorted(installed)
+        started = time.monotonic()
+        cls.outputs = [first, cls.bazel_build("b", *overrides(installed))]
+        print(f"build b: {time.monotonic() - started:.0f} s")
 
     @classmethod
     def tearDownClass(cls):
@@ -93,9 +132,12 @@ class ImageTest(absltest.TestCase):
         super().tearDownClass()
 
     @classmethod
-    def bazel(cls, output_base, *args, check=True):
+    def bazel(cls, output_base, command, *args, check=True):
+        """Runs Bazel's `command` in `output_base` with the options it was built with
+        (the same repository overrides: with others, it installs packages again)."""
         command = ["bazel-4", "--batch", f"--output_user_root={cls.tmp}/user",
-                   f"--output_base={output_base}", *args]
+                   f"--output_base={output_base}", command, "--config=offline",
+                   "--symlink_prefix=/", *cls.options.get(output_base, ()), *args]
         # Nothing of this test's own runfiles or temp dir reaches the inner Bazel.
         env = {k: v for k, v in os.environ.items()
                if not k.startswith(("RUNFILES_", "TEST_", "PYTHON"))}
@@ -109,10 +151,9 @@ class ImageTest(absltest.TestCase):
     def bazel_build(cls, name, *options):
         """Builds the image with a fresh output base; returns (output base, layout dir)."""
         output_base = os.path.join(cls.tmp, name)
-        cls.bazel(output_base, "build", "--config=offline", "--symlink_prefix=/", *options,
-                  _TARGET)
-        bin_dir = cls.bazel(output_base, "info", "--config=offline", *options,
-                            "bazel-bin").stdout.strip()
+        cls.options[output_base] = options
+        cls.bazel(output_base, "build", _TARGET)
+        bin_dir = cls.bazel(output_base, "info", "bazel-bin").stdout.strip()
         return output_base, os.path.join(bin_dir, "serving", "tpu_image")
 
     def test_two_clean_builds_are_identical(self):
@@ -144,8 +185,7 @@ class ImageTest(absltest.TestCase):
 
     def test_push_without_a_repository_is_one_clear_error(self):
         output_base, _ = self.outputs[0]
-        done = self.bazel(output_base, "run", "--config=offline", "--symlink_prefix=/", _PUSH,
-                          check=False)
+        done = self.bazel(output_base, "run", _PUSH, check=False)
         self.assertNotEqual(done.returncode, 0)
         errors = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
         self.assertEqual(errors, ["error: no repository to push to: pass "
@@ -154,7 +194,7 @@ class ImageTest(absltest.TestCase):
 
     def test_an_offline_image_is_not_pushed_where_it_would_be_run(self):
         output_base, _ = self.outputs[0]
-        done = self.bazel(output_base, "run", "--config=offline", "--symlink_prefix=/", _PUSH,
+        done = self.bazel(output_base, "run", _PUSH,
                           "--", "--repository=us-docker.pkg.dev/my-project/images/serve-tpu",
                           check=False)
         self.assertNotEqual(done.returncode, 0)
@@ -189,8 +229,8 @@ class ImageTest(absltest.TestCase):
                 time.sleep(0.2)
 
         repository = f"127.0.0.1:{port}/gemma4/serve-tpu"
-        pushed = self.bazel(output_base, "run", "--config=offline", "--symlink_prefix=/",
-                            _PUSH, "--", f"--repository={repository}", "--tag=ci")
+        pushed = self.bazel(output_base, "run", _PUSH, "--", f"--repository={repository}",
+                            "--tag=ci")
         print(pushed.stdout.strip())
         self.assertEqual(pushed.stdout.strip().splitlines()[-1], f"{repository}@{local.digest}")
 

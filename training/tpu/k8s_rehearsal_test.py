@@ -44,8 +44,14 @@ IMAGE = "r.io/p/train@sha256:" + "00" * 32
 # dropout off: its masks depend on the mesh, so with it the one-device run's
 # gradients differ (0.8% in step 1's gradient norm, measured). Resuming with
 # dropout bit for bit is trainer_test's.
+# One compilation cache for every run (pods are processes of this machine): the
+# two-pod step is compiled once, by the uninterrupted run, and loaded by every
+# attempt of the interrupted one (a run's own cache, in its bucket, is the
+# default; that a rerun loads from it is trainer_test's).
 _RUN = (f"--config.max_steps={STEPS}", "--config.checkpoint_every_steps=2",
-        "--config.batch.effective_size=4", "--config.lora.dropout=0.0")
+        "--config.batch.effective_size=4", "--config.lora.dropout=0.0",
+        f"--config.compilation_cache.dir={absltest.get_default_test_tmpdir()}/xla-cache",
+        "--config.compilation_cache.min_compile_s=0")
 # The reference: one process, one CPU device, no mesh to shard over.
 _ONE_DEVICE = ("--config.cpu_devices=1", "--config.mesh.fsdp=1", "--config.mesh.tp=1")
 
@@ -96,8 +102,8 @@ class RehearsalTest(absltest.TestCase):
         result = rehearsal.run(timeout_s=1200, watch=watch)
         print(f"{workdir}: {time.monotonic() - started:.0f} s, exit codes {result.exit_codes}")
         for attempt in result.logs:
-            print("  attempt:", re.findall(r"first step in [0-9.]+s|resumed from checkpoint at "
-                                           r"step \d+|trained to step \d+", attempt[0]))
+            print("  attempt:", re.findall(r"first step in [0-9.]+s: .*|resumed from checkpoint"
+                                           r" at step \d+|trained to step \d+", attempt[0]))
         return result
 
     def test_preempted_and_lost_pods_restart_the_jobset_which_resumes_exactly(self):
@@ -151,6 +157,9 @@ class RehearsalTest(absltest.TestCase):
                         signalled.append(("SIGKILL", min(later)))
 
             cut = self._rehearse("gs://bkt/cut", watch=stop_pod_1)
+            for attempt in cut.logs:  # the step the uninterrupted run compiled, loaded
+                self.assertRegex(attempt[0], r"first step in [0-9.]+s: [1-9][0-9]* program\(s\)"
+                                 r" loaded from the compilation cache, 0 compiled")
             self.assertEqual([kind for kind, _ in signalled], ["SIGTERM", "SIGKILL"])
             self.assertTrue(cut.succeeded, cut.logs)
             self.assertEqual(cut.restarts, 2)

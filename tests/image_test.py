@@ -4,8 +4,9 @@ Builds the image twice, each time with a fresh Bazel output base, and requires
 the same manifest digest and layer diff_ids. The two builds share only the
 source tree and the installed packages (the `*_site` repositories: 5 GB that
 the analysis of //serving:serve needs and no layer holds, which the test
-checks): those the Bazel running this test installed for this tree, else the
-first build's; installing them took 80 of a build's 85 s.
+checks): those of the Bazel running this test where nothing they were made
+from has changed (`current_sites`), else the first build's; installing them
+took 80 of a build's 85 s.
 Then starts Debian's docker-registry on a free loopback port (storage in the
 test's temp dir), pushes with `bazel run //serving:push_tpu_image --
 --repository=127.0.0.1:PORT/...`, reads the digest back with `skopeo inspect`,
@@ -45,23 +46,48 @@ def free_port():
         return s.getsockname()[1]
 
 
-def current_sites(root):
-    """{name: path} of the `*_site` repositories that the Bazel running this test
-    installed from this tree's locks and tools: its repository marker's digest of
-    every file of the tree it read is that file's digest now."""
-    output_base = os.path.realpath(os.environ["TEST_SRCDIR"]).split("/execroot/")[0]
-    external = os.path.join(output_base, "external")
+def current_sites(root, env):
+    """{name: path} of the `*_site` repositories (installed packages) of the Bazel
+    running this test that an inner Bazel of this tree with `env` would install
+    alike: every input their repository markers record is unchanged (each file
+    of the tree, the interpreter, each environment variable), and the files
+    that declare the rule and its arguments are older than the install."""
+    srcdir = os.environ.get("TEST_SRCDIR", "")
+    if "/execroot/" not in os.path.realpath(srcdir):
+        return {}
+    external = os.path.join(os.path.realpath(srcdir).split("/execroot/")[0], "external")
+    declared = max(os.path.getmtime(os.path.join(root, path)) for path in _DECLARING)
     found = {}
     for name in os.listdir(external) if os.path.isdir(external) else ():
         marker = os.path.join(external, f"@{name}.marker")
-        if not name.endswith("_site") or not os.path.exists(marker):
+        if not name.endswith("_site") or not os.path.exists(marker) \
+                or os.path.getmtime(marker) < declared:
             continue
         with open(marker) as f:
-            files = re.findall(r"^FILE://([^:\s]*):(\S+) ([0-9a-f]{64})$", f.read(), re.M)
-        if files and all(_sha256(os.path.join(root, package, file)) == digest
-                         for package, file, digest in files):
+            inputs = f.read().splitlines()[1:]  # after the rule's own key
+        if all(_unchanged(line, root, external, env) for line in inputs):
             found[name] = os.path.join(external, name)
     return found
+
+
+# Where the `*_site` repositories' rule and arguments are written (the marker's
+# first line is their hash, which only Bazel computes).
+_DECLARING = ("WORKSPACE", "third_party/offline/repositories.bzl")
+
+
+def _unchanged(line, root, external, env):
+    """Whether one input a repository marker records is as it was."""
+    kind, _, rest = line.partition(":")
+    if kind == "FILE":
+        label, _, digest = rest.rpartition(" ")
+        repository, _, path = label.partition("//")
+        path = path.replace(":", "/").lstrip("/")
+        base = os.path.join(external, repository[1:]) if repository else root
+        return _sha256(os.path.realpath(os.path.join(base, path))) == digest
+    if kind == "ENV":
+        name, _, value = rest.partition(" ")
+        return env.get(name, "") == value
+    return line.startswith(("STARLARK_SEMANTICS", "$MANAGED")) or not line.strip()
 
 
 def _sha256(path):
@@ -112,7 +138,14 @@ class ImageTest(absltest.TestCase):
         # Short paths: Bazel's server socket lives in its output base.
         cls.tmp = tempfile.mkdtemp(prefix="g4img-", dir="/tmp")
         cls.options = {}
-        installed = current_sites(cls.root)
+        # The inner Bazel's environment: this one's without the test's own runfiles
+        # and temp dir, and the accelerator ./bazelw exports (the packages it picks).
+        cls.env = {k: v for k, v in os.environ.items()
+                   if not k.startswith(("RUNFILES_", "TEST_", "PYTHON"))}
+        cls.env["G4_ACCELERATOR"] = subprocess.run(
+            ["python3", "tools/accelerator.py"], cwd=cls.root, check=True,
+            capture_output=True, text=True, env=cls.env).stdout.strip()
+        installed = current_sites(cls.root, cls.env)
         print(f"installed packages of this test's Bazel: {sorted(installed) or 'none current'}")
         started = time.monotonic()
         first = cls.bazel_build("a", *overrides(installed))
@@ -138,11 +171,8 @@ class ImageTest(absltest.TestCase):
         command = ["bazel-4", "--batch", f"--output_user_root={cls.tmp}/user",
                    f"--output_base={output_base}", command, "--config=offline",
                    "--symlink_prefix=/", *cls.options.get(output_base, ()), *args]
-        # Nothing of this test's own runfiles or temp dir reaches the inner Bazel.
-        env = {k: v for k, v in os.environ.items()
-               if not k.startswith(("RUNFILES_", "TEST_", "PYTHON"))}
         done = subprocess.run(command, cwd=cls.root, capture_output=True, text=True,
-                              check=False, timeout=900, env=env)
+                              check=False, timeout=900, env=cls.env)
         if check and done.returncode:
             raise AssertionError(f"{' '.join(command)} failed:\n{done.stderr[-4000:]}")
         return done
@@ -164,7 +194,7 @@ class ImageTest(absltest.TestCase):
         self.assertEqual(a.digest, b.digest)
         self.assertEqual(a.config["rootfs"]["diff_ids"], b.config["rootfs"]["diff_ids"])
         self.assertLen(a.config["rootfs"]["diff_ids"], 3)  # base stand-in, Python, project
-        # What the second build took from the first, installed packages, is in no
+        # What the two builds share, installed packages, is in no
         # layer: no file a layer was made from (its manifest: path in the image,
         # then source) comes from those repositories.
         self.assertIn("pypi_serve_site", self.shared)

@@ -11,9 +11,10 @@ steps 4 and 5; the losses per step are printed for the record. Both stacks run
 twice: rows padded (one example each, the reference recipe), and packed
 (several examples per row, attention and loss kept within each), each validated
 on 4 rows held out of the training source. That each data format gives both
-stacks the same tokens and masks is data/views_test's (Alpaca, ShareGPT, text
-and the rest), and which rows a validation source or split holds is
-data/pipeline_test's: what depends on the stack is the same from any format.
+stacks the same tokens and masks is checked in data/views_test.py (Alpaca,
+ShareGPT, text and the rest), and which rows a validation source or split
+holds in data/pipeline_test.py: what depends on the stack is the same from any
+format.
 """
 
 import json

@@ -26,6 +26,7 @@ import re
 import shutil
 import socket
 import subprocess
+import sys
 import tarfile
 import tempfile
 import time
@@ -143,7 +144,7 @@ class ImageTest(absltest.TestCase):
         cls.env = {k: v for k, v in os.environ.items()
                    if not k.startswith(("RUNFILES_", "TEST_", "PYTHON"))}
         cls.env["G4_ACCELERATOR"] = subprocess.run(
-            ["python3", "tools/accelerator.py"], cwd=cls.root, check=True,
+            [sys.executable, "tools/accelerator.py"], cwd=cls.root, check=True,
             capture_output=True, text=True, env=cls.env).stdout.strip()
         installed = current_sites(cls.root, cls.env)
         print(f"installed packages of this test's Bazel: {sorted(installed) or 'none current'}")

@@ -22,7 +22,6 @@ import hashlib
 import io
 import json
 import os
-import re
 import shutil
 import socket
 import subprocess
@@ -53,10 +52,11 @@ def current_sites(root, env):
     alike: every input their repository markers record is unchanged (each file
     of the tree, the interpreter, each environment variable), and the files
     that declare the rule and its arguments are older than the install."""
-    srcdir = os.environ.get("TEST_SRCDIR", "")
-    if "/execroot/" not in os.path.realpath(srcdir):
+    output_base, separator, _ = os.path.realpath(os.environ.get("TEST_SRCDIR", "")).partition(
+        "/execroot/")
+    if not separator:  # not run by Bazel
         return {}
-    external = os.path.join(os.path.realpath(srcdir).split("/execroot/")[0], "external")
+    external = os.path.join(output_base, "external")
     declared = max(os.path.getmtime(os.path.join(root, path)) for path in _DECLARING)
     found = {}
     for name in os.listdir(external) if os.path.isdir(external) else ():
@@ -169,13 +169,13 @@ class ImageTest(absltest.TestCase):
     def bazel(cls, output_base, command, *args, check=True):
         """Runs Bazel's `command` in `output_base` with the options it was built with
         (the same repository overrides: with others, it installs packages again)."""
-        command = ["bazel-4", "--batch", f"--output_user_root={cls.tmp}/user",
-                   f"--output_base={output_base}", command, "--config=offline",
-                   "--symlink_prefix=/", *cls.options.get(output_base, ()), *args]
-        done = subprocess.run(command, cwd=cls.root, capture_output=True, text=True,
+        argv = ["bazel-4", "--batch", f"--output_user_root={cls.tmp}/user",
+                f"--output_base={output_base}", command, "--config=offline",
+                "--symlink_prefix=/", *cls.options.get(output_base, ()), *args]
+        done = subprocess.run(argv, cwd=cls.root, capture_output=True, text=True,
                               check=False, timeout=900, env=cls.env)
         if check and done.returncode:
-            raise AssertionError(f"{' '.join(command)} failed:\n{done.stderr[-4000:]}")
+            raise AssertionError(f"{' '.join(argv)} failed:\n{done.stderr[-4000:]}")
         return done
 
     @classmethod

@@ -6,19 +6,18 @@
     lifecycle.load_data(run)                        # tokens, masks, step count
     lifecycle.write_run_info(run, ...)              # run.json
     lifecycle.step_record(run, ...)                 # one metrics.jsonl line
-    lifecycle.Preemption()                          # SIGTERM -> save and exit 0
     with run.record: ...                            # this process's billed segment
 
 So both stacks resolve the base, count steps, name metrics, write run.json,
-refuse incompatible checkpoints and handle preemption the same way, and their
-run directories compare key for key (tests/parity_test.py checks it).
+refuse incompatible checkpoints and handle preemption (preemption.py) the same
+way, and their run directories compare key for key (tests/parity_test.py checks
+it).
 """
 
 import collections
 import dataclasses
 import functools
 import os
-import signal
 import time
 
 from common import cli
@@ -287,23 +286,3 @@ def step_record(run, *, step, loss, learning_rate, grad_norm, trained_tokens, to
         "step_time_s": seconds,
         "mfu": flops.mfu(tokens / seconds, run.flops_per_token, chips,
                          run.machine.peak_flops_per_chip)}
-
-
-class Preemption:
-    """Remembers a SIGTERM (a preempted VM) until the loop can checkpoint.
-
-    `agree` makes the answer collective when several processes must save
-    together: it maps this process's flag to whether any process was asked.
-    """
-
-    def __init__(self, agree=None):
-        self.requested = False
-        self._agree = agree
-        signal.signal(signal.SIGTERM, self._handle)
-
-    def _handle(self, signum, frame):
-        del signum, frame
-        self.requested = True
-
-    def stop(self):
-        return self._agree(self.requested) if self._agree else self.requested

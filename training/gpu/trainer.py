@@ -34,6 +34,7 @@ from training.common import billing
 from training.common import hparams
 from training.common import lifecycle
 from training.common import metrics as metrics_lib
+from training.common import preemption as preemption_lib
 from training.gpu import config_base
 
 log = logging.getLogger("training.gpu")
@@ -231,7 +232,7 @@ class _RunCallback(TrainerCallback):
         self._elapsed = 0.0
         self._since = 0.0  # the end of the last thing timed: what a save waited on
         self._eval = None  # the validation record of this step, written after its step's
-        self.preemption = lifecycle.Preemption(agree=_any_rank)
+        self.preemption = preemption_lib.Preemption(agree=_any_rank)
         self.preempted = False  # whether the run stopped for a SIGTERM on any rank
 
     def on_train_begin(self, args, state, control, **kwargs):

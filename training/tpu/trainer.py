@@ -29,6 +29,7 @@ from gemma4 import orbax_lora
 from training.common import billing
 from training.common import lifecycle
 from training.common import metrics as metrics_lib
+from training.common import preemption as preemption_lib
 from training.tpu import checkpoints as checkpoints_lib
 from training.tpu import layer_scan
 from training.tpu import libtpu_flags
@@ -297,7 +298,7 @@ def _loop(run, state, step, data_iterator, checkpoints, cache=None):
     config, main = run.config, jax.process_index() == 0
     writer = metrics_lib.MetricsWriter(run.workdir, resume_step=step, enabled=main,
                                      config=config)
-    preemption = lifecycle.Preemption(agree=_any_process)
+    preemption = preemption_lib.Preemption(agree=_any_process)
     schedule = optimizer_lib.learning_rate_schedule(config.optimizer, run.total_steps)
     batch_shape = mesh_plan.batch_shape(config)
     lora, opt_state = state.lora, state.opt_state

@@ -1,3 +1,5 @@
+import json
+
 from absl.testing import absltest
 
 from common import cli
@@ -15,6 +17,86 @@ class MachinesTest(absltest.TestCase):
         self.assertEqual([machines.get(n).chips for n in ("tpu-v5p-8", "tpu-v5p-16", "tpu-v6e-8",
                                                           "gpu-h100x2")], [4, 8, 8, 2])
         self.assertEqual(machines.get("tpu-v5p-8").peak_flops_per_chip, 459e12)
+
+    def test_the_studys_two_costs_from_the_table(self):
+        # training/common/recipe.md: v5p-8 for 3.34 h, 2 x H100 for 5.39 h.
+        self.assertEqual(round(machines.get("tpu-v5p-8").dollars_per_hour * 3.34, 2), 56.11)
+        self.assertEqual(round(machines.get("gpu-h100x2").dollars_per_hour * 5.39, 2), 119.23)
+
+    def test_every_machine_is_priced_with_its_source_and_date(self):
+        for name, machine in machines.MACHINES.items():
+            with self.subTest(name):
+                price = machine.price
+                self.assertIsNotNone(price.on_demand)
+                self.assertRegex(price.date, r"^20\d\d-\d\d-\d\d$")
+                self.assertTrue(price.source)
+                self.assertEqual(price.region, machines.PRICE_REGION)
+                if machine.platform != "cpu" and price.spot is None:
+                    # Spot where it is sold: B200 has none in us-central1, and says so.
+                    self.assertEqual(machine.family, "gpu-b200")
+                    self.assertIn("no spot price", price.note)
+        self.assertIn("lower bound", machines.get("gpu-b200x8").price.note)
+        self.assertIn("low confidence", machines.get("gpu-h200x8").price.note)
+
+    def test_another_region_prices_tpus_from_its_own_figures(self):
+        europe = machines.priced("europe-west4")
+        self.assertAlmostEqual(europe["tpu-v5p-8"].dollars_per_hour, 4 * 4.2525)
+        self.assertAlmostEqual(europe["tpu-v6e-8"].spot_dollars_per_hour, 8 * 0.71316)
+        # No GPU figure for that region: none, never us-central1's.
+        self.assertIsNone(europe["gpu-h100x2"].dollars_per_hour)
+        self.assertIn("--prices", europe["gpu-h100x2"].price.source)
+        self.assertIsNone(machines.priced("us-west4")["tpu-v5p-8"].dollars_per_hour)
+        nowhere = machines.priced("asia-east1")
+        self.assertEqual({m.dollars_per_hour for m in nowhere.values()}, {None, 0.0})
+        self.assertEqual(nowhere["cpu"].dollars_per_hour, 0.0)
+
+    def _price_file(self, document):
+        path = self.create_tempfile("prices.json").full_path
+        with open(path, "w") as f:
+            f.write(document if isinstance(document, str) else json.dumps(document))
+        return path
+
+    def test_a_price_file_replaces_what_it_names(self):
+        path = self._price_file({
+            "source": "our committed-use contract", "date": "2026-11-30",
+            "prices": {"tpu-v5p": {"on_demand": 2.94}, "gpu-h100x2": {"on_demand": 9.5,
+                                                                       "spot": None}}})
+        table = machines.priced(prices=machines.load_prices(path))
+        self.assertAlmostEqual(table["tpu-v5p-16"].dollars_per_hour, 8 * 2.94)
+        self.assertAlmostEqual(table["tpu-v5p-16"].spot_dollars_per_hour, 8 * 1.68)  # kept
+        self.assertIn("our committed-use contract", table["tpu-v5p-16"].price.source)
+        self.assertIn("spot: ", table["tpu-v5p-16"].price.source)  # where the kept one is from
+        self.assertEqual(table["tpu-v5p-16"].price.date, "2026-11-30")
+        self.assertAlmostEqual(table["gpu-h100x2"].dollars_per_hour, 19.0)
+        self.assertIsNone(table["gpu-h100x2"].spot_dollars_per_hour)
+        self.assertAlmostEqual(table["gpu-h100x8"].dollars_per_hour, 88.48)  # the family's
+        # use_prices re-prices this process's table, and the default puts it back.
+        try:
+            machines.use_prices("us-central1", path)
+            self.assertAlmostEqual(machines.get("tpu-v5p-8").dollars_per_hour, 4 * 2.94)
+        finally:
+            machines.use_prices()
+        self.assertEqual(machines.get("tpu-v5p-8").dollars_per_hour, 16.80)
+
+    def test_a_bad_price_file_is_one_error_naming_the_entry(self):
+        good = {"source": "ours"}
+        for document, message in (
+                ("{not json", "not a readable JSON file"),
+                ({"prices": {}}, '"source"'),
+                ({**good, "prices": {"tpu-v9": {"on_demand": 1}}}, "'tpu-v9' is neither"),
+                ({**good, "prices": {"cpu": {"on_demand": 1}}}, "'cpu' is neither"),
+                ({**good, "prices": {"tpu-v5p": {"on_demand": -1}}}, r"tpu-v5p.on_demand"),
+                ({**good, "prices": {"tpu-v5p": {"on_demand": "4.2"}}}, r"not '4.2'"),
+                ({**good, "prices": {"tpu-v5p": {"on_demand": True}}}, r"not True"),
+                ({**good, "prices": {"tpu-v5p": {"ondemand": 4}}}, "expected"),
+                ({**good, "prices": {"tpu-v5p": 4.2}}, "expected"),
+                ({**good, "date": 2026, "prices": {}}, '"date"')):
+            with self.subTest(message):
+                with self.assertRaisesRegex(machines.PriceError, message) as raised:
+                    machines.load_prices(self._price_file(document))
+                self.assertIsInstance(raised.exception, cli.UserError)
+        with self.assertRaisesRegex(machines.PriceError, "not a readable JSON file"):
+            machines.load_prices("/nonexistent/prices.json")
 
     def test_every_machine_says_where_its_figures_come_from(self):
         for machine in machines.MACHINES.values():
@@ -39,10 +121,11 @@ class MachinesTest(absltest.TestCase):
         self.assertEqual(machines.get("tpu-v5litepod-16").peak_flops_per_chip, 197e12)
         self.assertEqual(machines.get("tpu-v6e-1").peak_flops_per_chip, 918e12)
         self.assertAlmostEqual(machines.get("gpu-h100x8").dollars_per_hour, 88.48)
-        self.assertAlmostEqual(machines.get("gpu-h100x8").spot_dollars_per_hour, 50.61)
-        self.assertAlmostEqual(machines.get("gpu-h100x2").spot_dollars_per_hour, 12.6525)
-        self.assertIsNone(machines.get("tpu-v5litepod-8").dollars_per_hour)
-        self.assertIsNone(machines.get("tpu-v6e-8").spot_dollars_per_hour)
+        self.assertAlmostEqual(machines.get("gpu-h100x8").spot_dollars_per_hour, 53.0936245)
+        self.assertAlmostEqual(machines.get("gpu-h100x2").spot_dollars_per_hour, 13.2734061)
+        self.assertAlmostEqual(machines.get("tpu-v5litepod-8").dollars_per_hour, 9.60)
+        self.assertAlmostEqual(machines.get("tpu-v5litepod-16").dollars_per_vm_hour, 4.80)
+        self.assertAlmostEqual(machines.get("tpu-v6e-8").spot_dollars_per_hour, 8 * 0.64833)
         self.assertEqual([machines.get(n).hbm_gbps_per_chip for n in (
             "tpu-v5litepod-1", "tpu-v6e-8", "tpu-v5p-8", "gpu-h100x2", "gpu-h200x8",
             "gpu-b200x8")], [819.0, 1638.0, 2765.0, 3350.0, 4800.0, 8000.0])

@@ -54,6 +54,12 @@ _EXCLUDE = flags.DEFINE_list("exclude_runs", [], "Calibration run ids left out (
 _REFERENCE = flags.DEFINE_bool(
     "reference_settings", False, "Plan the reference study's settings: padded rows, and on "
     "TPU its step (tp=4, one row per replica, remat, dense attention, threefry masks).")
+_REGION = flags.DEFINE_string(
+    "region", machines.PRICE_REGION, "The Google Cloud region whose prices the plan uses "
+    f"(built-in: {', '.join(machines.REGIONS)}; TPUs in each, GPUs in {machines.PRICE_REGION}).")
+_PRICES = flags.DEFINE_string(
+    "prices", "", "A JSON file of your own prices per chip-hour (a committed-use discount, "
+    "another region): docs/compare-and-plan.md; they replace the built-in ones they name.")
 _DEADLINE = flags.DEFINE_float("deadline_hours", None, "Mark the machines that finish in time.")
 _BUDGET = flags.DEFINE_float("budget", None, "Mark the machines within this many dollars.")
 _DOWNLOAD = flags.DEFINE_float("download_gbytes_per_s", 0.2, "Assumed download rate of the "
@@ -188,9 +194,10 @@ def run_factor(run_dir, cache):
 
 def make_plan(recipe, names, *, tokenizer_name, cache_dir, run_dirs=(), exclude=(),
               reference=False, deadline=None, budget=None, download=0.2, warm=False,
-              check=False):
-    """The plan as a dict (plan.json)."""
+              check=False, region=machines.PRICE_REGION, prices_file=""):
+    """The plan as a dict (plan.json), priced for `region` (and `prices_file`)."""
     from training.tpu import extrapolate  # pylint: disable=import-outside-toplevel
+    machines.use_prices(region, prices_file or None)
     chosen = machine_configs(names)
     dims = _dims(recipe)
     cache = extrapolate.Cache(cache_dir)
@@ -230,6 +237,7 @@ def make_plan(recipe, names, *, tokenizer_name, cache_dir, run_dirs=(), exclude=
                      "kept": report.kept, "dropped": dict(report.dropped),
                      "tokenizer": tokenizer_name},
             "rates": vars(rates), "deadline_hours": deadline, "budget": budget,
+            "prices": {"region": region, "file": prices_file},
             "plans": plans, "ranking": ranking,
             "cache": {"dir": cache_dir, "hits": cache.hits, "compiled": cache.misses}}
 
@@ -264,6 +272,22 @@ def table_rows(plan):
     return rows
 
 
+def _per_chip(value):
+    return "n/a" if value is None else f"${value:.3f}/chip-h"
+
+
+def price_rows(plan):
+    """Each planned machine's price: per chip-hour (per GPU-hour), per VM, its source."""
+    rows = []
+    for p in plan["plans"]:
+        price = p.get("price")
+        if price:
+            rows.append([p["machine"], _per_chip(price["on_demand"]), _per_chip(price["spot"]),
+                         f"{document.money(price['dollars_per_vm_hour'])}/h x {price['vms']}",
+                         price["source"], price["date"] or "-", price["note"] or "-"])
+    return rows
+
+
 HEADER = ["machine", "fits", "steps", "step", "billed hours", "on demand", "spot",
           "tokens/s", "MFU", "limited by", "calibration runs"]
 
@@ -278,9 +302,13 @@ def blocks(plan, image):
            ("table", HEADER, table_rows(plan)),
            ("p", "Ranked by dollars: " + (", ".join(plan["ranking"]["by_dollars"]) or "none") +
                  ". By hours: " + (", ".join(plan["ranking"]["by_hours"]) or "none") + "." +
-                 "".join(f" No price is recorded for {p['machine']} (common/machines.py): it is "
-                         "not in the dollar ranking or the plot." for p in plan["plans"]
+                 "".join(f" No price is recorded for {p['machine']} in "
+                         f"{plan['prices']['region']} (common/machines.py; --prices gives "
+                         "one): it is not in the dollar ranking or the plot." for p in plan["plans"]
                          if p["fits"] and not p["dollars"])),
+           ("h", 2, f"Prices ({plan['prices']['region']})"),
+           ("table", ["machine", "on demand", "spot", "per VM", "source", "date", "note"],
+            price_rows(plan)),
            ("p", "Each step is the roofline of the compiled step (TPU: XLA's counted FLOPs and "
                  "bytes at the chips' peak and HBM bandwidth; GPU: the compiled FLOPs at peak) "
                  "times the mean measured/roofline factor of the runs that calibrate it; the "
@@ -399,7 +427,8 @@ def main(argv):
         run_dirs=[config_cli.user_path(d) for d in _CALIBRATE.value],
         exclude=_EXCLUDE.value, reference=_REFERENCE.value, deadline=_DEADLINE.value,
         budget=_BUDGET.value, download=_DOWNLOAD.value, warm=_WARM.value,
-        check=_CHECK.value)
+        check=_CHECK.value, region=_REGION.value,
+        prices_file=config_cli.user_path(_PRICES.value) if _PRICES.value else "")
     rows = [HEADER] + table_rows(plan)
     widths = [max(len(str(r[i])) for r in rows) for i in range(len(HEADER))]
     for row in rows:

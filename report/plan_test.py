@@ -265,13 +265,24 @@ class BinaryTest(absltest.TestCase):
         with open(os.path.join(run_dir, "metrics.jsonl"), "w") as f:
             for step, seconds in enumerate([60.0, 20.0, 20.0, 21.0], 1):
                 f.write(json.dumps({"step": step, "step_time_s": seconds}) + "\n")
+        # A team's own GPU price in a region the built-in table has no GPU figure for.
+        prices = os.path.join(run_dir, "prices.json")
+        with open(prices, "w") as f:
+            json.dump({"source": "our contract", "date": "2026-11-30",
+                       "prices": {"gpu-h100": {"on_demand": 5.0}}}, f)
         result, out = self._run("--machines=gpu-h100x2,gpu-h100x1,gpu-h100x8",
                                 "--config.data.source=synthetic:300", "--budget=1000",
-                                "--config.batch.effective_size=4", f"--calibrate_with={run_dir}")
+                                "--config.batch.effective_size=4", f"--calibrate_with={run_dir}",
+                                "--region=europe-west4", f"--prices={prices}")
         self.assertEqual(result.returncode, 0, result.stderr)
         with open(os.path.join(out, "plan.json")) as f:
             plan = json.load(f)
         h100x2, h100x1, h100x8 = plan["plans"]
+        self.assertEqual(plan["prices"], {"region": "europe-west4", "file": prices})
+        self.assertAlmostEqual(h100x2["dollars"]["point"], h100x2["hours"]["point"] * 10.0)
+        self.assertIsNone(h100x2["spot_dollars"])  # none in the file, none for the region
+        self.assertEqual((h100x2["price"]["on_demand"], h100x2["price"]["date"]),
+                         (5.0, "2026-11-30"))
         # A machine whose config cannot run is said so; the others are planned.
         self.assertFalse(h100x8["fits"])
         self.assertIn("effective batch 4 is not a multiple", h100x8["why"])
@@ -287,6 +298,8 @@ class BinaryTest(absltest.TestCase):
             text = f.read()
         self.assertIn("fits with 2 GPUs", text)
         self.assertIn("| gpu-h100x2 | yes |", text)
+        self.assertIn("## Prices (europe-west4)", text)
+        self.assertIn("| gpu-h100x2 | $5.000/chip-h | n/a | $10.00/h x 1 | our contract", text)
         # The report puts a run of a planned machine beside its plan.
         training = [{"label": "GPU", "machine": "gpu-h100x2", "hours": h100x2["hours"]["point"],
                      "cost": 1.0, "tokens_per_s": h100x2["tokens_per_s"] / 2}]

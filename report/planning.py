@@ -379,7 +379,9 @@ def plan_machine(machine, config, dims, layout_, step, rates, *, exclude=(), ext
         mfu=flops_lib.mfu(tokens / seconds["point"], per_token, machine.chips,
                           machine.peak_flops_per_chip),
         dollars_per_hour=machine.dollars_per_hour,
-        spot_dollars_per_hour=machine.spot_dollars_per_hour)
+        spot_dollars_per_hour=machine.spot_dollars_per_hour,
+        price={**dataclasses.asdict(machine.price),
+               "dollars_per_vm_hour": machine.dollars_per_vm_hour, "vms": machine.hosts})
     return out
 
 

@@ -34,6 +34,7 @@ decimal GB/s.
 """
 
 import dataclasses
+import re
 
 from common import cli
 
@@ -251,15 +252,52 @@ def priced(region=PRICE_REGION, prices=None):
     table = REGIONS.get(region, {})
     out = {}
     for name, machine in _UNPRICED.items():
-        price = (_CPU if machine.platform == "cpu" else
+        price = (dataclasses.replace(_CPU, region=region) if machine.platform == "cpu" else
                  prices.get(name) or prices.get(machine.family) or table.get(machine.family) or
                  _unpriced(machine.family, region))
         out[name] = dataclasses.replace(machine, price=price)
     return out
 
 
-def load_prices(path, region=PRICE_REGION):
-    """A team's own prices: {name or family: Price} from a JSON file
+_REGION = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+_DATE = re.compile(r"^[0-9]{4}-[0-9]{2}-[0-9]{2}$")
+_MOST = 1e6  # $ per chip-hour: anything above is a typo, not a price
+
+
+def check_region(region):
+    """`region` as Google Cloud names it ("us-central1"), or PriceError."""
+    name = region.strip().lower() if isinstance(region, str) else region
+    if not isinstance(name, str) or not _REGION.match(name):
+        raise PriceError(f"--region={region!r}: a Google Cloud region such as {PRICE_REGION}")
+    return name
+
+
+def _figure(path, key, field, value):
+    if value is None:
+        return None
+    try:
+        number = float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+            else None
+    except OverflowError:
+        number = None
+    if number is None or not 0 <= number <= _MOST:
+        raise PriceError(f"--prices={path}: {key}.{field}: dollars per chip-hour (a number "
+                         f"from 0 to {_MOST:,.0f}) or null, not {value!r}")
+    return number + 0.0  # no -0.0
+
+
+def _no_duplicates(pairs):
+    seen = {}
+    for key, value in pairs:
+        if key in seen:
+            raise ValueError(f"{key!r} is given twice")
+        seen[key] = value
+    return seen
+
+
+def load_prices(path, region=PRICE_REGION, text=None):
+    """A team's own prices: {name or family: Price} from a JSON file (`text`, if
+    given, is its content)
 
         {"source": "our committed-use contract", "date": "2026-11-30",
          "prices": {"tpu-v5p": {"on_demand": 2.94, "spot": 1.68},
@@ -267,60 +305,71 @@ def load_prices(path, region=PRICE_REGION):
 
     per chip-hour (per GPU-hour), keyed by a machine (`gpu-h100x2`) or a family
     every size shares (`tpu-v5p`, `gpu-h100`); a machine's entry wins over its
-    family's. A figure left out is the built-in table's for `region`; null is "not
-    sold". Anything else is an error naming the file and the entry."""
+    family's. A figure left out is the family's entry's if the file has one, else
+    the built-in table's for `region`; null is "not sold". An optional "region"
+    must be `region`. Anything else is an error naming the file and the entry."""
     import json  # pylint: disable=import-outside-toplevel
     try:
-        with open(path) as f:
-            document = json.load(f)
+        if text is None:
+            with open(path, encoding="utf-8-sig") as f:
+                text = f.read()
+        document = json.loads(text.lstrip("\ufeff"), object_pairs_hook=_no_duplicates)
     except (OSError, ValueError) as e:
         raise PriceError(f"--prices={path}: not a readable JSON file ({e})") from None
     families = {m.family for m in _UNPRICED.values() if m.platform != "cpu"}
+    names = [n for n, m in _UNPRICED.items() if m.platform != "cpu"]
     if (not isinstance(document, dict) or not isinstance(document.get("prices"), dict)
             or not isinstance(document.get("source"), str) or not document["source"].strip()):
         raise PriceError(f"--prices={path}: expected an object with \"source\" (where the "
                          "prices come from) and \"prices\" ({name or family: {\"on_demand\": "
                          "$ per chip-hour, \"spot\": ...}})")
     date = document.get("date", "")
-    if not isinstance(date, str):
-        raise PriceError(f"--prices={path}: \"date\" is a string (ISO 8601), not {date!r}")
+    if not isinstance(date, str) or (date and not _DATE.match(date)):
+        raise PriceError(f"--prices={path}: \"date\" is YYYY-MM-DD, not {date!r}")
+    if "region" in document and (not isinstance(document["region"], str) or
+                                 document["region"].strip().lower() != region):
+        raise PriceError(f"--prices={path}: its prices are for region "
+                         f"{document['region']!r}, the plan's is {region!r} (--region)")
     table = REGIONS.get(region, {})
-    out = {}
-    for key, entry in document["prices"].items():
-        if key not in families and (key not in _UNPRICED or key == "cpu"):
+    entries = document["prices"]
+    for key, entry in entries.items():
+        if key not in families and key not in names:
             raise PriceError(f"--prices={path}: {key!r} is neither a machine nor a family; "
                              f"families: {', '.join(sorted(families))}; machines: "
-                             f"{', '.join(_UNPRICED)}")
+                             f"{', '.join(names)}")
         if not isinstance(entry, dict) or not entry or set(entry) - {"on_demand", "spot"}:
             raise PriceError(f"--prices={path}: {key}: expected {{\"on_demand\": ..., "
                              f"\"spot\": ...}} ($ per chip-hour or null), not {entry!r}")
-        family = _UNPRICED[key].family if key in _UNPRICED else key
-        base = table.get(family) or _unpriced(family, region)
-        figures = {}
-        for field in ("on_demand", "spot"):
-            value = entry.get(field, getattr(base, field))
-            if value is not None and (isinstance(value, bool) or
-                                      not isinstance(value, (int, float)) or
-                                      not 0 <= value < float("inf")):
-                raise PriceError(f"--prices={path}: {key}.{field}: a price per chip-hour "
-                                 f"(a number, 0 or more) or null, not {value!r}")
-            figures[field] = None if value is None else float(value)
-        kept = [f for f in ("on_demand", "spot") if f not in entry]
-        source = f"{document['source']} ({path})" + (
-            f"; {' and '.join(kept)}: {base.source}" if kept else "")
-        out[key] = Price(figures["on_demand"], figures["spot"], source, date, region=region)
+    out = {}
+    # Families first: a machine's entry keeps what it leaves out from its family's.
+    for key in sorted(entries, key=lambda k: k not in families):
+        entry = entries[key]
+        family = key if key in families else _UNPRICED[key].family
+        base = out.get(family) or table.get(family) or _unpriced(family, region)
+        figures = {field: (_figure(path, key, field, entry[field]) if field in entry
+                           else getattr(base, field)) for field in ("on_demand", "spot")}
+        kept = [field for field in ("on_demand", "spot") if field not in entry]
+        source = f"{document['source']} ({path})"
+        if kept:
+            source += (f"; {' and '.join(kept).replace('_', ' ')} kept from " +
+                       (f"{base.source} ({base.date})" if base.date else base.source))
+        out[key] = Price(figures["on_demand"], figures["spot"], source, date or base.date,
+                         base.note if kept else "", region)
     return out
 
 
-def use_prices(region=PRICE_REGION, path=None):
+def use_prices(region=PRICE_REGION, path=None, text=None):
     """Prices every machine of this process's table for `region`, with the price
-    file at `path` if given (what --region and --prices do)."""
-    if not region or not isinstance(region, str):
-        raise PriceError(f"--region={region!r}: a Google Cloud region such as {PRICE_REGION}")
-    if region not in REGIONS and not path:
+    file at `path` (its content `text`, if given) as well (what --region and
+    --prices do). Nothing changes if either is refused."""
+    region = check_region(region)
+    prices = load_prices(path, region, text) if path else None
+    if region not in REGIONS:
         print(f"prices: the built-in table has none for {region} (it has "
-              f"{', '.join(REGIONS)}): only a price file (--prices) can price it", flush=True)
-    MACHINES.update(priced(region, load_prices(path, region) if path else None))
+              f"{', '.join(REGIONS)}): " + ("only the price file's" if path else
+                                            "no machine is priced; --prices gives prices"),
+              flush=True)
+    MACHINES.update(priced(region, prices))
 
 
 MACHINES = priced()

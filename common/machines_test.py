@@ -70,6 +70,21 @@ class MachinesTest(absltest.TestCase):
         self.assertAlmostEqual(table["gpu-h100x2"].dollars_per_hour, 19.0)
         self.assertIsNone(table["gpu-h100x2"].spot_dollars_per_hour)
         self.assertAlmostEqual(table["gpu-h100x8"].dollars_per_hour, 88.48)  # the family's
+        # A machine's entry keeps what it leaves out from the file's family entry, and a
+        # figure kept from the table keeps its caveat and says where it is from.
+        path = self._price_file({
+            "source": "ours", "prices": {"tpu-v5p-8": {"spot": 0.5},
+                                         "tpu-v5p": {"on_demand": 2.94, "spot": 1.0},
+                                         "gpu-b200": {"spot": 5.0}}})
+        table = machines.priced(prices=machines.load_prices(path))
+        self.assertEqual((table["tpu-v5p-8"].price.on_demand, table["tpu-v5p-8"].price.spot),
+                         (2.94, 0.5))
+        self.assertEqual(table["tpu-v5p-16"].price.spot, 1.0)
+        b200 = table["gpu-b200x8"].price
+        self.assertEqual((b200.on_demand, b200.spot), (90.216 / 8, 5.0))
+        self.assertIn("lower bound", b200.note)
+        self.assertIn("on demand kept from SkyPilot's GCP catalog", b200.source)
+        self.assertEqual(b200.date, "2026-12-07")
         # use_prices re-prices this process's table, and the default puts it back.
         try:
             machines.use_prices("us-central1", path)
@@ -90,13 +105,29 @@ class MachinesTest(absltest.TestCase):
                 ({**good, "prices": {"tpu-v5p": {"on_demand": True}}}, r"not True"),
                 ({**good, "prices": {"tpu-v5p": {"ondemand": 4}}}, "expected"),
                 ({**good, "prices": {"tpu-v5p": 4.2}}, "expected"),
-                ({**good, "date": 2026, "prices": {}}, '"date"')):
+                ({**good, "date": 2026, "prices": {}}, '"date"'),
+                ({**good, "date": "yesterday", "prices": {}}, '"date" is YYYY-MM-DD'),
+                ({**good, "region": "europe-west4", "prices": {}}, "for region 'europe-west4'"),
+                ('{"source": "a", "source": "b", "prices": {}}', "'source' is given twice"),
+                ({**good, "prices": {"tpu-v5p": {"on_demand": 10**400}}}, "tpu-v5p.on_demand"),
+                ({**good, "prices": {"tpu-v5p": {"on_demand": 1e308}}}, "tpu-v5p.on_demand"),
+                ({**good, "prices": {"tpu-v5p": {"spot": float("nan")}}}, "tpu-v5p.spot"),
+                ([1, 2], '"source"')):
             with self.subTest(message):
                 with self.assertRaisesRegex(machines.PriceError, message) as raised:
                     machines.load_prices(self._price_file(document))
                 self.assertIsInstance(raised.exception, cli.UserError)
         with self.assertRaisesRegex(machines.PriceError, "not a readable JSON file"):
             machines.load_prices("/nonexistent/prices.json")
+        # A refused file or region changes nothing.
+        for region, path in (("us-central1", self._price_file({"prices": {}})),
+                             ("US Central", None), ("", None), (None, None)):
+            with self.assertRaises(machines.PriceError):
+                machines.use_prices(region, path)
+        self.assertEqual(machines.get("tpu-v5p-8").dollars_per_hour, 16.80)
+        self.assertEqual(machines.check_region(" US-Central1 "), "us-central1")
+        zero = self._price_file({"source": "ours", "prices": {"tpu-v5p": {"spot": -0.0}}})
+        self.assertEqual(str(machines.load_prices(zero)["tpu-v5p"].spot), "0.0")
 
     def test_every_machine_says_where_its_figures_come_from(self):
         for machine in machines.MACHINES.values():

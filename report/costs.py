@@ -6,7 +6,40 @@
     per-token ownership  = training cost + millions of output tokens x serving $ per 1M
 The last one counts what serving produces, which the reference's hourly
 figure ignores: a machine that serves twice as fast needs half the hours.
+
+The prices are the machine table's for one region, with a team's own price file
+on top (`use_prices`: the plan's and the report's --region and --prices).
 """
+
+from absl import flags
+
+from common import machines
+from common import storage
+
+
+def define_price_flags():
+    """The --region and --prices flags of a binary that prices machines."""
+    region = flags.DEFINE_string(
+        "region", machines.PRICE_REGION, "The Google Cloud region whose prices are used "
+        f"(built-in: {', '.join(machines.REGIONS)}; TPUs in each, GPUs in "
+        f"{machines.PRICE_REGION} only).")
+    prices = flags.DEFINE_string(
+        "prices", "", "A JSON file (or gs:// object) of your own prices per chip-hour "
+        "(a committed-use discount, another region): docs/compare-and-plan.md, \"Prices\". "
+        "They replace the built-in ones they name.")
+    return region, prices
+
+
+def use_prices(region, path):
+    """Prices this process's machine table for `region` and the price file at `path`
+    (local or in a bucket; empty: none)."""
+    text = None
+    if path:
+        try:
+            text = storage.read_text(path)
+        except (OSError, UnicodeDecodeError, storage.StorageError) as e:
+            raise machines.PriceError(f"--prices={path}: cannot read it ({e})") from None
+    machines.use_prices(region, path or None, text)
 
 
 def training_cost(hours, dollars_per_hour):

@@ -31,6 +31,7 @@ from common import cli
 from common import config_cli
 from common import machines
 from common import storage
+from report import costs
 from report import document
 from report import planning
 
@@ -54,12 +55,7 @@ _EXCLUDE = flags.DEFINE_list("exclude_runs", [], "Calibration run ids left out (
 _REFERENCE = flags.DEFINE_bool(
     "reference_settings", False, "Plan the reference study's settings: padded rows, and on "
     "TPU its step (tp=4, one row per replica, remat, dense attention, threefry masks).")
-_REGION = flags.DEFINE_string(
-    "region", machines.PRICE_REGION, "The Google Cloud region whose prices the plan uses "
-    f"(built-in: {', '.join(machines.REGIONS)}; TPUs in each, GPUs in {machines.PRICE_REGION}).")
-_PRICES = flags.DEFINE_string(
-    "prices", "", "A JSON file of your own prices per chip-hour (a committed-use discount, "
-    "another region): docs/compare-and-plan.md; they replace the built-in ones they name.")
+_REGION, _PRICES = costs.define_price_flags()
 _DEADLINE = flags.DEFINE_float("deadline_hours", None, "Mark the machines that finish in time.")
 _BUDGET = flags.DEFINE_float("budget", None, "Mark the machines within this many dollars.")
 _DOWNLOAD = flags.DEFINE_float("download_gbytes_per_s", 0.2, "Assumed download rate of the "
@@ -197,7 +193,7 @@ def make_plan(recipe, names, *, tokenizer_name, cache_dir, run_dirs=(), exclude=
               check=False, region=machines.PRICE_REGION, prices_file=""):
     """The plan as a dict (plan.json), priced for `region` (and `prices_file`)."""
     from training.tpu import extrapolate  # pylint: disable=import-outside-toplevel
-    machines.use_prices(region, prices_file or None)
+    costs.use_prices(region, prices_file)
     chosen = machine_configs(names)
     dims = _dims(recipe)
     cache = extrapolate.Cache(cache_dir)
@@ -283,6 +279,7 @@ def price_rows(plan):
         price = p.get("price")
         if price:
             rows.append([p["machine"], _per_chip(price["on_demand"]), _per_chip(price["spot"]),
+                         "n/a" if price["dollars_per_vm_hour"] is None else
                          f"{document.money(price['dollars_per_vm_hour'])}/h x {price['vms']}",
                          price["source"], price["date"] or "-", price["note"] or "-"])
     return rows

@@ -339,7 +339,12 @@ class BinaryTest(absltest.TestCase):
 
     def test_bad_input_is_one_error_line(self):
         empty = self.create_tempfile("empty.jsonl", content="").full_path
+        prices = self.create_tempfile("prices.json", content=json.dumps(
+            {"source": "ours", "prices": {"gpu-h100": {"on_demand": -3}}})).full_path
         for args, message in (
+                (["--machines=gpu-h100x2", f"--prices={prices}"],
+                 "gpu-h100.on_demand: dollars per chip-hour"),
+                (["--machines=gpu-h100x2", "--region=Mars"], "--region='Mars'"),
                 (["--machines=tpu-v9-8"], "unknown machine 'tpu-v9-8'"),
                 (["--machines=tpu-v5litepod-4"], "no TPU config for tpu-v5litepod-4"),
                 (["--machines=gpu-h100x2", f"--config.data.source={empty}"],

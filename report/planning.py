@@ -380,9 +380,14 @@ def plan_machine(machine, config, dims, layout_, step, rates, *, exclude=(), ext
                           machine.peak_flops_per_chip),
         dollars_per_hour=machine.dollars_per_hour,
         spot_dollars_per_hour=machine.spot_dollars_per_hour,
-        price={**dataclasses.asdict(machine.price),
-               "dollars_per_vm_hour": machine.dollars_per_vm_hour, "vms": machine.hosts})
+        price=price_record(machine))
     return out
+
+
+def price_record(machine):
+    """The machine's price as plan.json keeps it: per chip-hour, per VM, its source."""
+    return {**dataclasses.asdict(machine.price),
+            "dollars_per_vm_hour": machine.dollars_per_vm_hour, "vms": machine.hosts}
 
 
 def refused(machine, why):
@@ -390,7 +395,8 @@ def refused(machine, why):
     sequence length the attention kernel's blocks do not divide): why, and nothing else."""
     return {"machine": machine.name, "platform": machine.platform, "chips": machine.chips,
             "fits": False, "why": why, "change": "", "hours": None, "dollars": None,
-            "spot_dollars": None, "calibration": {"runs": [], "scope": "", "count": 0}}
+            "spot_dollars": None, "calibration": {"runs": [], "scope": "", "count": 0},
+            "price": price_record(machine)}
 
 
 def mark(plans, deadline_hours=None, budget=None):

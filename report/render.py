@@ -21,6 +21,7 @@ from common import cli
 from common import config_cli
 from common import storage
 from report import comparison
+from report import costs
 from report import document
 from report import runs as runs_lib
 
@@ -31,6 +32,7 @@ _REFERENCE = flags.DEFINE_bool("reference", False, "Report the reference study's
 _OUT = flags.DEFINE_string("out", "report", "Where the report is written.")
 _PLAN = flags.DEFINE_string("plan", "", "A plan of these runs (//report:plan's plan.json): "
                             "the report shows planned beside measured.")
+_REGION, _PRICES = costs.define_price_flags()
 
 
 def _share(hours, of):
@@ -289,6 +291,7 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if _REFERENCE.value == bool(_RUNS.value):
         raise app.UsageError("give either --runs=DIR[,DIR...] or --reference")
+    costs.use_prices(_REGION.value, config_cli.user_path(_PRICES.value) if _PRICES.value else "")
     runs = (runs_lib.reference() if _REFERENCE.value
             else runs_lib.load([config_cli.user_path(d) for d in _RUNS.value]))
     config = _CONFIG.value

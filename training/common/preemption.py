@@ -40,6 +40,7 @@ class Preemption:
             try:
                 signal.signal(signal.SIGTERM, signal.SIG_IGN)
             except OSError:
-                # A SIGTERM that arrived while the action changed: now ignored, as asked.
+                # CPython reports a SIGTERM still pending as the action changed
+                # ("ignored due to race condition") once it is SIG_IGN: nothing to do.
                 pass
         return bool(stopping)

@@ -4,15 +4,19 @@ torch FSDP2 itself runs on CPU (gloo), but the HF Trainer applies FSDP through
 Accelerate, which enables its FSDP plugin only for accelerator device types;
 with CPU processes the same run is data parallel. So this test (1) runs the
 binary's real 2-process launch (torchrun, gloo) and checks it trains exactly
-like one process, and (2) checks the FSDP configuration the h100x2 config
+like one process, that a SIGTERM to that launch (a preempted VM, a stopped GKE
+pod) has every rank save and the launcher exit with the preempted status, and
+(2) checks the FSDP configuration the h100x2 config
 generates: FSDP2, one unit per Gemma 4 decoder layer, transformers' activation
 checkpointing. fsdp_save_test runs the Trainer's FSDP2 path itself, resume included.
 """
 
 import json
 import os
+import signal
 import subprocess
 import sys
+import time
 
 from absl.testing import absltest
 
@@ -24,13 +28,14 @@ STEPS = 3
 SMALL = ("--config.batch.effective_size=4", "--config.data.max_seq_len=256")
 
 
+def _command(workdir, *extra):
+    return binaries.command("//training/gpu:sft", f"--workdir={workdir}",
+                            "--config.checkpoint_every_steps=100", *SMALL, *extra)
+
+
 def run(workdir, *extra):
-    env = binaries.child_env()
-    result = subprocess.run(
-        binaries.command("//training/gpu:sft", f"--workdir={workdir}",
-         f"--config.max_steps={STEPS}", "--config.checkpoint_every_steps=100", *SMALL, *extra),
-        env=env, capture_output=True, text=True, timeout=900)
-    return result
+    return subprocess.run(_command(workdir, f"--config.max_steps={STEPS}", *extra),
+                          env=binaries.child_env(), capture_output=True, text=True, timeout=900)
 
 
 def losses(workdir):
@@ -61,6 +66,29 @@ class FsdpTest(absltest.TestCase):
                                    msg=f"2 processes {got} vs 1 process {want}; log of the "
                                    f"2-process run:\n{fsdp.stdout[-3000:]}\n{fsdp.stderr[-6000:]}")
 
+
+    def test_a_sigterm_to_the_launcher_saves_on_every_rank_then_exits_preempted(self):
+        # On GKE the pod's first process, torchrun's launcher, is the one signalled.
+        workdir = self.create_tempdir().full_path
+        with subprocess.Popen(_command(workdir, "--config.max_steps=40", "--config.num_processes=2",
+                                       "--config.preempted_exit_code=143"),
+                              env=binaries.child_env(), stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True) as launcher:
+            deadline = time.time() + 600
+            while not os.path.exists(os.path.join(workdir, "metrics.jsonl")):
+                self.assertIsNone(launcher.poll())
+                self.assertLess(time.time(), deadline)
+                time.sleep(0.2)
+            launcher.send_signal(signal.SIGTERM)  # this process alone, not its workers
+            output, _ = launcher.communicate(timeout=600)
+        self.assertEqual(launcher.returncode, 143, output[-5000:])
+        self.assertIn("SIGTERM: saved a checkpoint at step", output)
+        self.assertIn("SIGTERM: every training process was asked to save", output)
+        saved = [d for d in os.listdir(os.path.join(workdir, "checkpoints"))
+                 if d.startswith("checkpoint-")]
+        self.assertLen(saved, 1)
+        self.assertLess(int(saved[0].split("-")[1]), 40)
+        self.assertNotIn("Traceback", output)
 
     def test_buffer_order_does_not_depend_on_the_hash_seed(self):
         # DDP copies rank 0's buffers to the others by position. transformers'

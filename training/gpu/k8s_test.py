@@ -5,6 +5,7 @@ schemas; bad input as one `error:` line."""
 from absl.testing import absltest
 
 from common import kubernetes_schemas
+from training.gpu import launching
 
 IMAGE = "us-docker.pkg.dev/p/r/train-gpu@sha256:" + "1e" * 32
 POD = ("spec", "replicatedJobs", 0, "template", "spec", "template")
@@ -42,6 +43,8 @@ class GpuJobSetTest(absltest.TestCase):
             "--master_addr=sft-h16-nodes-0-0.sft-h16", "--master_port=29500",
             "--config.preempted_exit_code=143"])
         self.assertEqual(pod["terminationGracePeriodSeconds"], 300)
+        # torchrun gives its workers that long to save after a SIGTERM.
+        self.assertEqual(launching.SHUTDOWN_S, pod["terminationGracePeriodSeconds"])
         self.assertNotIn("annotations", jobset["metadata"])  # GPU nodes: no slice to keep whole
         mounts = {m["name"]: m["mountPath"] for m in container["volumeMounts"]}
         self.assertEqual(mounts, {"dshm": "/dev/shm", "run-bucket": "/gcs/b"})

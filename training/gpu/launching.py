@@ -12,6 +12,13 @@ import socket
 from common import cli
 from common import machines
 
+# How long torchrun lets its workers save and exit after it passes on a SIGTERM
+# (a preempted VM, a GKE pod stopped) before it kills them: GKE's grace for a
+# training pod (common/kubernetes.py TRAINING_GRACE_S), not torchrun's 30 s, which
+# a 31B step plus a checkpoint upload can outlast. The platform's own SIGKILL
+# still bounds it.
+SHUTDOWN_S = 300
+
 
 def free_port():
     with socket.socket() as s:
@@ -38,7 +45,7 @@ def torchrun_args(processes, nnodes=1, node_rank=0, master_addr="127.0.0.1", mas
     return [f"--nnodes={nnodes}", f"--node_rank={node_rank}",
             f"--nproc_per_node={per_node}",
             f"--master_addr={master_addr}", f"--master_port={master_port or free_port()}",
-            "--module", "training.gpu.sft", *argv]
+            f"--shutdown_timeout={SHUTDOWN_S}", "--module", "training.gpu.sft", *argv]
 
 
 def check_devices(config, nnodes):

@@ -14,8 +14,9 @@ class TorchrunArgsTest(absltest.TestCase):
     def test_one_machine_is_the_default(self):
         args = launching.torchrun_args(2, master_port=1234, argv=["--config=h100x2.py"])
         self.assertEqual(args, ["--nnodes=1", "--node_rank=0", "--nproc_per_node=2",
-                                "--master_addr=127.0.0.1", "--master_port=1234", "--module",
-                                "training.gpu.sft", "--config=h100x2.py"])
+                                "--master_addr=127.0.0.1", "--master_port=1234",
+                                "--shutdown_timeout=300", "--module", "training.gpu.sft",
+                                "--config=h100x2.py"])
         self.assertRegex(launching.torchrun_args(2)[4], r"^--master_port=[1-9]\d*$")
 
     def test_two_machines_split_the_processes(self):

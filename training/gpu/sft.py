@@ -22,6 +22,7 @@ fewer than its share of them (a CPU build of torch sees none).
 
 import logging
 import os
+import signal
 import sys
 
 from absl import app
@@ -60,8 +61,14 @@ _MASTER_PORT = flags.DEFINE_integer(
 
 
 def launch(config):
-    """Re-runs this binary under torchrun, one process per device; returns its exit code."""
+    """Re-runs this binary under torchrun, one process per device; returns its exit code.
+
+    A SIGTERM to this process (a preempted VM; on GKE the pod's first process) is
+    torchrun's to pass on: every worker saves the step's checkpoint and exits, and
+    this process then exits as a preempted trainer does (config.preempted_exit_code:
+    143 on a JobSet, so that its Job fails and the JobSet restarts it)."""
     from torch.distributed import run as torchrun  # pylint: disable=import-outside-toplevel
+    from torch.distributed.elastic.multiprocessing import api  # pylint: disable=import-outside-toplevel
     # Workers import this package as we do, from wherever it was found.
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     args = launching.torchrun_args(config.num_processes, _NNODES.value, _NODE_RANK.value,
@@ -70,6 +77,12 @@ def launch(config):
         torchrun.main(args)
     except SystemExit as e:
         return e.code or 0
+    except api.SignalException as e:
+        if e.sigval != signal.SIGTERM:
+            return 128 + e.sigval
+        print("SIGTERM: every training process was asked to save a checkpoint and stop",
+              file=sys.stderr)
+        return config.preempted_exit_code
     except Exception as e:  # torchrun raises ChildFailedError with the workers' errors
         print(f"error: a training process failed: {e}", file=sys.stderr)
         return 1

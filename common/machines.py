@@ -34,6 +34,7 @@ decimal GB/s.
 """
 
 import dataclasses
+import datetime
 import re
 
 from common import cli
@@ -51,8 +52,9 @@ class Price:
     spot: float | None
     source: str
     date: str  # the source's own date, else the day it was read (ISO 8601)
-    note: str = ""  # how far to trust it: a lower bound, low confidence
+    note: str = ""  # how far to trust the on-demand figure: a lower bound, low confidence
     region: str = PRICE_REGION
+    spot_note: str = ""  # the same for the spot figure
 
 
 @dataclasses.dataclass(frozen=True)
@@ -148,6 +150,8 @@ _BILLING = ("Google's billing catalog as pricing.yml of google-cloud-pricing-cos
 _BILLING_DATE = "2026-08-27"
 
 
+_H200_NOTE = ("low confidence: the same catalog's us-central1 H100 share is under half of "
+              "Google's billing catalog, so this may be low")
 _CPU = Price(0.0, None, "a laptop or CI machine: nothing to price", "2026-12-07")
 
 
@@ -172,11 +176,11 @@ REGIONS = {
                           "for a3-highgpu-8g"),
         "gpu-h200": Price(86.75992 / 8, 32.61871 / 8, f"{_SKYPILOT}: a3-ultragpu-8g, its "
                           "GPUs' share ($74.49/h) plus its host's ($12.27/h)", _SKYPILOT_DATE,
-                          "low confidence: the same catalog's us-central1 H100 share is under "
-                          "half of Google's billing catalog, so this may be low"),
+                          _H200_NOTE, spot_note=_H200_NOTE),
         "gpu-b200": Price(90.216 / 8, None, f"{_SKYPILOT}: a4-highgpu-8g, its GPUs' share",
                           _SKYPILOT_DATE, "a lower bound: no source read gives the host's "
-                          "price; no spot price in us-central1 (us-east4 lists $64.44/h)"),
+                          "price", spot_note="no spot price in us-central1 (us-east4 lists "
+                          "$64.44/h)"),
     },
     "us-east1": {"tpu-v5litepod": _tpu(1.20, 0.21298, "us-east1"),
                  "tpu-v5p": _tpu(4.20, 1.68, "us-east1"),
@@ -272,6 +276,13 @@ def check_region(region):
     return name
 
 
+def _is_date(text):
+    try:
+        return bool(_DATE.match(text)) and bool(datetime.date.fromisoformat(text))
+    except ValueError:
+        return False
+
+
 def _figure(path, key, field, value):
     if value is None:
         return None
@@ -314,7 +325,7 @@ def load_prices(path, region=PRICE_REGION, text=None):
             with open(path, encoding="utf-8-sig") as f:
                 text = f.read()
         document = json.loads(text.lstrip("\ufeff"), object_pairs_hook=_no_duplicates)
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise PriceError(f"--prices={path}: not a readable JSON file ({e})") from None
     families = {m.family for m in _UNPRICED.values() if m.platform != "cpu"}
     names = [n for n, m in _UNPRICED.items() if m.platform != "cpu"]
@@ -324,7 +335,7 @@ def load_prices(path, region=PRICE_REGION, text=None):
                          "prices come from) and \"prices\" ({name or family: {\"on_demand\": "
                          "$ per chip-hour, \"spot\": ...}})")
     date = document.get("date", "")
-    if not isinstance(date, str) or (date and not _DATE.match(date)):
+    if not isinstance(date, str) or (date and not _is_date(date)):
         raise PriceError(f"--prices={path}: \"date\" is YYYY-MM-DD, not {date!r}")
     if "region" in document and (not isinstance(document["region"], str) or
                                  document["region"].strip().lower() != region):
@@ -353,8 +364,10 @@ def load_prices(path, region=PRICE_REGION, text=None):
         if kept:
             source += (f"; {' and '.join(kept).replace('_', ' ')} kept from " +
                        (f"{base.source} ({base.date})" if base.date else base.source))
-        out[key] = Price(figures["on_demand"], figures["spot"], source, date or base.date,
-                         base.note if kept else "", region)
+        out[key] = Price(figures["on_demand"], figures["spot"], source,
+                         date or (base.date if kept else ""),
+                         base.note if "on_demand" in kept else "", region,
+                         base.spot_note if "spot" in kept else "")
     return out
 
 

@@ -34,7 +34,7 @@ class MachinesTest(absltest.TestCase):
                 if machine.platform != "cpu" and price.spot is None:
                     # Spot where it is sold: B200 has none in us-central1, and says so.
                     self.assertEqual(machine.family, "gpu-b200")
-                    self.assertIn("no spot price", price.note)
+                    self.assertIn("no spot price", price.spot_note)
         self.assertIn("lower bound", machines.get("gpu-b200x8").price.note)
         self.assertIn("low confidence", machines.get("gpu-h200x8").price.note)
 
@@ -51,7 +51,7 @@ class MachinesTest(absltest.TestCase):
         self.assertEqual(nowhere["cpu"].dollars_per_hour, 0.0)
 
     def _price_file(self, document):
-        path = self.create_tempfile("prices.json").full_path
+        path = self.create_tempfile().full_path  # a name of its own each time
         with open(path, "w") as f:
             f.write(document if isinstance(document, str) else json.dumps(document))
         return path
@@ -82,9 +82,16 @@ class MachinesTest(absltest.TestCase):
         self.assertEqual(table["tpu-v5p-16"].price.spot, 1.0)
         b200 = table["gpu-b200x8"].price
         self.assertEqual((b200.on_demand, b200.spot), (90.216 / 8, 5.0))
-        self.assertIn("lower bound", b200.note)
+        self.assertIn("lower bound", b200.note)  # the kept figure's caveat, not the other's
+        self.assertEqual(b200.spot_note, "")
         self.assertIn("on demand kept from SkyPilot's GCP catalog", b200.source)
         self.assertEqual(b200.date, "2026-12-07")
+        # A file without a date that replaces every figure takes no date from the table.
+        whole = self._price_file({"source": "ours", "prices": {
+            "tpu-v5p": {"on_demand": 2.0, "spot": 1.0}, "gpu-b200": {"on_demand": 14.0}}})
+        prices = machines.load_prices(whole)
+        self.assertEqual((prices["tpu-v5p"].date, prices["tpu-v5p"].note), ("", ""))
+        self.assertEqual(prices["gpu-b200"].note, "")  # not "a lower bound" any more
         # use_prices re-prices this process's table, and the default puts it back.
         try:
             machines.use_prices("us-central1", path)
@@ -107,6 +114,8 @@ class MachinesTest(absltest.TestCase):
                 ({**good, "prices": {"tpu-v5p": 4.2}}, "expected"),
                 ({**good, "date": 2026, "prices": {}}, '"date"'),
                 ({**good, "date": "yesterday", "prices": {}}, '"date" is YYYY-MM-DD'),
+                ({**good, "date": "2026-13-45", "prices": {}}, '"date" is YYYY-MM-DD'),
+                ("[" * 100000 + "]" * 100000, "not a readable JSON file"),
                 ({**good, "region": "europe-west4", "prices": {}}, "for region 'europe-west4'"),
                 ('{"source": "a", "source": "b", "prices": {}}', "'source' is given twice"),
                 ({**good, "prices": {"tpu-v5p": {"on_demand": 10**400}}}, "tpu-v5p.on_demand"),

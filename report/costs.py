@@ -21,8 +21,8 @@ def define_price_flags():
     """The --region and --prices flags of a binary that prices machines."""
     region = flags.DEFINE_string(
         "region", machines.PRICE_REGION, "The Google Cloud region whose prices are used "
-        f"(built-in: {', '.join(machines.REGIONS)}; TPUs in each, GPUs in "
-        f"{machines.PRICE_REGION} only).")
+        f"(built-in: {', '.join(machines.REGIONS)}: TPUs where SkyPilot's catalog lists them, "
+        f"GPUs in {machines.PRICE_REGION} only).")
     prices = flags.DEFINE_string(
         "prices", "", "A JSON file (or gs:// object) of your own prices per chip-hour "
         "(a committed-use discount, another region): docs/compare-and-plan.md, \"Prices\". "
@@ -37,8 +37,11 @@ def use_prices(region, path):
     if path:
         try:
             text = storage.read_text(path)
-        except (OSError, UnicodeDecodeError, storage.StorageError) as e:
-            raise machines.PriceError(f"--prices={path}: cannot read it ({e})") from None
+        except Exception as e:  # pylint: disable=broad-except
+            # A local file's OSError, or whatever a bucket's client raises (an HTTP
+            # status, credentials): one line either way.
+            raise machines.PriceError(f"--prices={path}: cannot read it "
+                                      f"({type(e).__name__}: {e})") from None
     machines.use_prices(region, path or None, text)
 
 

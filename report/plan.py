@@ -233,7 +233,7 @@ def make_plan(recipe, names, *, tokenizer_name, cache_dir, run_dirs=(), exclude=
                      "kept": report.kept, "dropped": dict(report.dropped),
                      "tokenizer": tokenizer_name},
             "rates": vars(rates), "deadline_hours": deadline, "budget": budget,
-            "prices": {"region": region, "file": prices_file},
+            "prices": {"region": machines.check_region(region), "file": prices_file},
             "plans": plans, "ranking": ranking,
             "cache": {"dir": cache_dir, "hits": cache.hits, "compiled": cache.misses}}
 
@@ -281,7 +281,9 @@ def price_rows(plan):
             rows.append([p["machine"], _per_chip(price["on_demand"]), _per_chip(price["spot"]),
                          "n/a" if price["dollars_per_vm_hour"] is None else
                          f"{document.money(price['dollars_per_vm_hour'])}/h x {price['vms']}",
-                         price["source"], price["date"] or "-", price["note"] or "-"])
+                         price["source"], price["date"] or "-",
+                         "; ".join(dict.fromkeys(n for n in (price["note"], price["spot_note"])
+                                                 if n)) or "-"])
     return rows
 
 

@@ -19,6 +19,7 @@ from absl import flags
 
 from common import cli
 from common import config_cli
+from common import machines
 from common import storage
 from report import comparison
 from report import costs
@@ -303,6 +304,15 @@ def main(argv):
         except (OSError, ValueError, storage.StorageError) as e:
             raise runs_lib.RunsError(f"--plan={_PLAN.value}: cannot read the plan ({e})") from None
         report["planned"] = comparison.planned(report["training"], plan)
+        planned_prices = plan.get("prices", {"region": machines.PRICE_REGION, "file": ""})
+        ours = {"region": machines.check_region(_REGION.value),
+                "file": config_cli.user_path(_PRICES.value) if _PRICES.value else ""}
+        if planned_prices != ours:
+            report["missing"].append(
+                f"the plan is priced for {planned_prices['region']} "
+                f"({planned_prices['file'] or 'built-in prices'}), this report for "
+                f"{ours['region']} ({ours['file'] or 'built-in prices'}): planned and "
+                "measured dollars differ by their prices too (--region, --prices)")
         if not report["planned"]:
             report["missing"].append(f"no run on a machine {_PLAN.value} plans")
     out_dir = config_cli.user_path(_OUT.value)

@@ -230,6 +230,12 @@ class RunsReportTest(absltest.TestCase):
             self.assertIn("| TPU tpu-v5p-8 | tpu-v5p-8 | steps only | 3 s (2 s to 7 s) | 6 s | "
                           "2.00 | yes |",
                           f.read())
+        self.assertNotIn("priced for", done.stdout)
+        # A plan priced otherwise than the report is said to be.
+        done = render([tpu, gpu], out, f"--plan={plan}", "--region=europe-west4")
+        self.assertEqual(done.returncode, 0, done.stderr[-3000:])
+        self.assertIn("missing: the plan is priced for us-central1 (built-in prices), this "
+                      "report for europe-west4 (built-in prices)", done.stdout)
         done = render([tpu], out, f"--plan={os.path.join(tmp, 'none.json')}")
         self.assertEqual(done.returncode, 1)
         self.assertIn("cannot read the plan", done.stderr)

@@ -8,9 +8,12 @@ sees none), before anything is read or downloaded.
 
 import os
 import socket
+import sys
 
 from common import cli
 from common import machines
+from common import run_dir
+from common import storage
 
 # How long torchrun lets its workers save and exit after it passes on a SIGTERM
 # (a preempted VM, a GKE pod stopped) before it kills them: GKE's grace for a
@@ -63,3 +66,31 @@ def check_devices(config, nnodes):
         machine, "gpu" if count else "cpu", count or 1, needed=local,
         hint=f"{build}. Run it on the machine it names, with its runtime (docs/build.md, "
              "\"Runtimes\"), or use --config=cpu.py here.")
+
+
+def stopped_for_preemption(exit_codes, preempted_exit_code):
+    """Whether workers that torchrun counts as failed all stopped for a preemption:
+    each exited with the preempted status (a SIGTERM that reached another machine's
+    workers stops these too, at the same step)."""
+    return bool(preempted_exit_code) and bool(exit_codes) and \
+        set(exit_codes) == {preempted_exit_code}
+
+
+def preempted_status(config, workdir, started, why):
+    """The launcher's exit status after its workers stopped for `why`:
+    config.preempted_exit_code if this launch's run.json segment (one that began
+    after `started`) ends `preempted`, i.e. the checkpoint was saved; else 1, said."""
+    try:
+        segments = run_dir.read_run_info(workdir).get("segments", [])
+    except (cli.UserError, OSError, ValueError, storage.StorageError):
+        segments = []
+    ours = [s for s in segments if s.get("start", 0) >= started - 5]  # btime is in seconds
+    end = ours[-1].get("end") if ours else None
+    if end and end[2] == "preempted":
+        print(f"{why}: every training process saved the checkpoint of step {end[1]} and "
+              "stopped", file=sys.stderr)
+        return config.preempted_exit_code
+    print(f"error: {why}: the training processes stopped without recording a saved "
+          f"checkpoint (run.json: {end if ours else 'no segment of this launch'}); the next "
+          "run resumes from the last one saved", file=sys.stderr)
+    return 1

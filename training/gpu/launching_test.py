@@ -1,12 +1,59 @@
+import io
+import json
+import os
+import time
 from unittest import mock
 
 from absl.testing import absltest
 
 from common import cli
 from common import machines
+from common import run_dir
 from training.gpu import launching
 from training.gpu.configs import cpu
 from training.gpu.configs import h100x2
+
+
+class PreemptedStatusTest(absltest.TestCase):
+    """What the launcher exits with once its workers stopped for a SIGTERM."""
+
+    def _status(self, segments, started, preempted_exit_code=143):
+        workdir = self.create_tempdir().full_path
+        if segments is not None:
+            with open(os.path.join(workdir, run_dir.RUN_INFO), "w") as f:
+                json.dump({"segments": segments}, f)
+        config = cpu.get_config()
+        config.preempted_exit_code = preempted_exit_code
+        err = io.StringIO()
+        with mock.patch("sys.stderr", err):
+            code = launching.preempted_status(config, workdir, started, "SIGTERM")
+        return code, err.getvalue()
+
+    def test_a_saved_checkpoint_gives_the_preempted_status(self):
+        now = time.time()
+        code, said = self._status([{"start": now - 100, "end": [now - 90, 4, "preempted"]},
+                                   {"start": now + 2, "end": [now + 60, 7, "preempted"]}], now)
+        self.assertEqual(code, 143)
+        self.assertIn("saved the checkpoint of step 7", said)
+        self.assertEqual(self._status([{"start": now, "end": [now, 7, "preempted"]}], now,
+                                      preempted_exit_code=0)[0], 0)  # a VM: exit 0
+
+    def test_no_saved_checkpoint_is_a_failure(self):
+        now = time.time()
+        for segments in (None, [], [{"start": now + 1}],  # killed before its end
+                         [{"start": now + 1, "end": [now + 9, 3, "failed"]}],
+                         # a preemption of an earlier launch is not this one's
+                         [{"start": now - 600, "end": [now - 500, 5, "preempted"]}]):
+            with self.subTest(segments=segments):
+                code, said = self._status(segments, now)
+                self.assertEqual(code, 1)
+                self.assertIn("error: SIGTERM: the training processes stopped without "
+                              "recording a saved checkpoint", said)
+
+    def test_workers_stopped_by_another_machines_sigterm(self):
+        self.assertTrue(launching.stopped_for_preemption([143, 143], 143))
+        for codes, preempted in (([143, 1], 143), ([1], 143), ([], 143), ([0], 0)):
+            self.assertFalse(launching.stopped_for_preemption(codes, preempted), codes)
 
 
 class TorchrunArgsTest(absltest.TestCase):

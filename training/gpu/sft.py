@@ -24,6 +24,7 @@ import logging
 import os
 import signal
 import sys
+import time
 
 from absl import app
 from absl import flags
@@ -60,19 +61,24 @@ _MASTER_PORT = flags.DEFINE_integer(
     "only; with --nnodes > 1 every machine must give the same port).")
 
 
-def launch(config):
+def launch(config, workdir):
     """Re-runs this binary under torchrun, one process per device; returns its exit code.
 
     A SIGTERM to this process (a preempted VM; on GKE the pod's first process) is
-    torchrun's to pass on: every worker saves the step's checkpoint and exits, and
-    this process then exits as a preempted trainer does (config.preempted_exit_code:
-    143 on a JobSet, so that its Job fails and the JobSet restarts it)."""
+    torchrun's to pass on: every worker saves the step's checkpoint and exits. This
+    process then exits as a preempted trainer does (config.preempted_exit_code: 143
+    on a JobSet, so that its Job fails and the JobSet restarts it) if the run
+    recorded that save (run.json: this launch's segment ends `preempted`), else 1.
+    Workers that stop for another machine's SIGTERM (--nnodes > 1) exit with that
+    status too, which is the same preemption, not a failure."""
     from torch.distributed import run as torchrun  # pylint: disable=import-outside-toplevel
     from torch.distributed.elastic.multiprocessing import api  # pylint: disable=import-outside-toplevel
+    from torch.distributed.elastic.multiprocessing import errors  # pylint: disable=import-outside-toplevel
     # Workers import this package as we do, from wherever it was found.
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     args = launching.torchrun_args(config.num_processes, _NNODES.value, _NODE_RANK.value,
                                    _MASTER_ADDR.value, _MASTER_PORT.value, sys.argv[1:])
+    started = time.time()
     try:
         torchrun.main(args)
     except SystemExit as e:
@@ -80,10 +86,15 @@ def launch(config):
     except api.SignalException as e:
         if e.sigval != signal.SIGTERM:
             return 128 + e.sigval
-        print("SIGTERM: every training process was asked to save a checkpoint and stop",
-              file=sys.stderr)
-        return config.preempted_exit_code
-    except Exception as e:  # torchrun raises ChildFailedError with the workers' errors
+        return launching.preempted_status(config, workdir, started, "SIGTERM")
+    except errors.ChildFailedError as e:
+        codes = [failure.exitcode for failure in e.failures.values()]
+        if launching.stopped_for_preemption(codes, config.preempted_exit_code):
+            return launching.preempted_status(config, workdir, started,
+                                              "a SIGTERM on another machine")
+        print(f"error: a training process failed: {e}", file=sys.stderr)
+        return 1
+    except Exception as e:  # pylint: disable=broad-except
         print(f"error: a training process failed: {e}", file=sys.stderr)
         return 1
     return 0
@@ -122,7 +133,7 @@ def main(argv):
     if config.num_processes > 1 and "LOCAL_RANK" not in os.environ:
         # Workers see the same flags; the workdir must not depend on their cwd.
         sys.argv = [a for a in sys.argv if not a.startswith("--workdir")] + [f"--workdir={workdir}"]
-        raise SystemExit(launch(config))
+        raise SystemExit(launch(config, workdir))
     absl_logging.set_verbosity(absl_logging.WARNING)
     logging.getLogger("training").setLevel(logging.INFO)
     from training.gpu import trainer  # pylint: disable=import-outside-toplevel

@@ -343,7 +343,12 @@ def train(config, workdir):
                           barrier=lambda: lifecycle.wait_for_main(workdir, config),
                           data_parallel=processes)
     with run.record:
-        return _train(run, processes, rank)
+        step = _train(run, processes, rank)
+    if run.record.outcome == billing.PREEMPTED and config.preempted_exit_code:
+        # Checkpointed and recorded (`preempted`, not `failed`: outside the record);
+        # the status tells a JobSet to restart the job.
+        raise SystemExit(config.preempted_exit_code)
+    return step
 
 
 def _train(run, processes, rank):
@@ -393,8 +398,6 @@ def _train(run, processes, rank):
               else contextlib.nullcontext()) as out:
             save_adapter(trainer.model, out, is_main=rank == 0)
     _leave_process_group()
-    if callback.preempted and config.preempted_exit_code:
-        raise SystemExit(config.preempted_exit_code)
     return trainer.state.global_step
 
 

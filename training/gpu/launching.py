@@ -79,7 +79,8 @@ def stopped_for_preemption(exit_codes, preempted_exit_code):
 def preempted_status(config, workdir, started, why):
     """The launcher's exit status after its workers stopped for `why`:
     config.preempted_exit_code if this launch's run.json segment (one that began
-    after `started`) ends `preempted`, i.e. the checkpoint was saved; else 1, said."""
+    after `started`) ends `preempted`, i.e. the checkpoint was saved; 0 if it ends
+    `finished` (the signal came as the run ended); else 1, said."""
     try:
         segments = run_dir.read_run_info(workdir).get("segments", [])
     except (cli.UserError, OSError, ValueError, storage.StorageError):
@@ -90,6 +91,9 @@ def preempted_status(config, workdir, started, why):
         print(f"{why}: every training process saved the checkpoint of step {end[1]} and "
               "stopped", file=sys.stderr)
         return config.preempted_exit_code
+    if end and end[2] == "finished":  # the signal came as the run ended
+        print(f"{why} after the run finished at step {end[1]}", file=sys.stderr)
+        return 0
     print(f"error: {why}: the training processes stopped without recording a saved "
           f"checkpoint (run.json: {end if ours else 'no segment of this launch'}); the next "
           "run resumes from the last one saved", file=sys.stderr)

@@ -37,6 +37,9 @@ class PreemptedStatusTest(absltest.TestCase):
         self.assertIn("saved the checkpoint of step 7", said)
         self.assertEqual(self._status([{"start": now, "end": [now, 7, "preempted"]}], now,
                                       preempted_exit_code=0)[0], 0)  # a VM: exit 0
+        code, said = self._status([{"start": now, "end": [now + 9, 9, "finished"]}], now)
+        self.assertEqual(code, 0)  # the signal came as the run ended
+        self.assertIn("after the run finished at step 9", said)
 
     def test_no_saved_checkpoint_is_a_failure(self):
         now = time.time()

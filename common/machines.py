@@ -35,6 +35,7 @@ decimal GB/s.
 
 import dataclasses
 import datetime
+import json
 import re
 
 from common import cli
@@ -319,10 +320,9 @@ def load_prices(path, region=PRICE_REGION, text=None):
     family's. A figure left out is the family's entry's if the file has one, else
     the built-in table's for `region`; null is "not sold". An optional "region"
     must be `region`. Anything else is an error naming the file and the entry."""
-    import json  # pylint: disable=import-outside-toplevel
     try:
         if text is None:
-            with open(path, encoding="utf-8-sig") as f:
+            with open(path, encoding="utf-8") as f:
                 text = f.read()
         document = json.loads(text.lstrip("\ufeff"), object_pairs_hook=_no_duplicates)
     except (OSError, ValueError, RecursionError) as e:
@@ -374,7 +374,8 @@ def load_prices(path, region=PRICE_REGION, text=None):
 def use_prices(region=PRICE_REGION, path=None, text=None):
     """Prices every machine of this process's table for `region`, with the price
     file at `path` (its content `text`, if given) as well (what --region and
-    --prices do). Nothing changes if either is refused."""
+    --prices do), and returns the region as checked. Nothing changes if either is
+    refused."""
     region = check_region(region)
     prices = load_prices(path, region, text) if path else None
     if region not in REGIONS:
@@ -383,6 +384,7 @@ def use_prices(region=PRICE_REGION, path=None, text=None):
                                             "no machine is priced; --prices gives prices"),
               flush=True)
     MACHINES.update(priced(region, prices))
+    return region
 
 
 MACHINES = priced()

@@ -32,7 +32,7 @@ def define_price_flags():
 
 def use_prices(region, path):
     """Prices this process's machine table for `region` and the price file at `path`
-    (local or in a bucket; empty: none)."""
+    (local or in a bucket; empty: none); returns the region as checked."""
     text = None
     if path:
         try:
@@ -42,7 +42,7 @@ def use_prices(region, path):
             # status, credentials): one line either way.
             raise machines.PriceError(f"--prices={path}: cannot read it "
                                       f"({type(e).__name__}: {e})") from None
-    machines.use_prices(region, path or None, text)
+    return machines.use_prices(region, path or None, text)
 
 
 def training_cost(hours, dollars_per_hour):

@@ -193,7 +193,7 @@ def make_plan(recipe, names, *, tokenizer_name, cache_dir, run_dirs=(), exclude=
               check=False, region=machines.PRICE_REGION, prices_file=""):
     """The plan as a dict (plan.json), priced for `region` (and `prices_file`)."""
     from training.tpu import extrapolate  # pylint: disable=import-outside-toplevel
-    costs.use_prices(region, prices_file)
+    region = costs.use_prices(region, prices_file)
     chosen = machine_configs(names)
     dims = _dims(recipe)
     cache = extrapolate.Cache(cache_dir)
@@ -233,7 +233,7 @@ def make_plan(recipe, names, *, tokenizer_name, cache_dir, run_dirs=(), exclude=
                      "kept": report.kept, "dropped": dict(report.dropped),
                      "tokenizer": tokenizer_name},
             "rates": vars(rates), "deadline_hours": deadline, "budget": budget,
-            "prices": {"region": machines.check_region(region), "file": prices_file},
+            "prices": {"region": region, "file": prices_file},
             "plans": plans, "ranking": ranking,
             "cache": {"dir": cache_dir, "hits": cache.hits, "compiled": cache.misses}}
 

@@ -292,7 +292,8 @@ def main(argv):
         raise app.UsageError(f"unexpected arguments: {argv[1:]}")
     if _REFERENCE.value == bool(_RUNS.value):
         raise app.UsageError("give either --runs=DIR[,DIR...] or --reference")
-    costs.use_prices(_REGION.value, config_cli.user_path(_PRICES.value) if _PRICES.value else "")
+    prices = {"file": config_cli.user_path(_PRICES.value) if _PRICES.value else ""}
+    prices["region"] = costs.use_prices(_REGION.value, prices["file"])
     runs = (runs_lib.reference() if _REFERENCE.value
             else runs_lib.load([config_cli.user_path(d) for d in _RUNS.value]))
     config = _CONFIG.value
@@ -305,13 +306,11 @@ def main(argv):
             raise runs_lib.RunsError(f"--plan={_PLAN.value}: cannot read the plan ({e})") from None
         report["planned"] = comparison.planned(report["training"], plan)
         planned_prices = plan.get("prices", {"region": machines.PRICE_REGION, "file": ""})
-        ours = {"region": machines.check_region(_REGION.value),
-                "file": config_cli.user_path(_PRICES.value) if _PRICES.value else ""}
-        if planned_prices != ours:
+        if planned_prices != prices:
             report["missing"].append(
                 f"the plan is priced for {planned_prices['region']} "
                 f"({planned_prices['file'] or 'built-in prices'}), this report for "
-                f"{ours['region']} ({ours['file'] or 'built-in prices'}): planned and "
+                f"{prices['region']} ({prices['file'] or 'built-in prices'}): planned and "
                 "measured dollars differ by their prices too (--region, --prices)")
         if not report["planned"]:
             report["missing"].append(f"no run on a machine {_PLAN.value} plans")

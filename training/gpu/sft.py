@@ -87,14 +87,13 @@ def launch(config, workdir):
         if e.sigval != signal.SIGTERM:
             return 128 + e.sigval
         return launching.preempted_status(config, workdir, started, "SIGTERM")
-    except errors.ChildFailedError as e:
-        codes = [failure.exitcode for failure in e.failures.values()]
+    except Exception as e:  # pylint: disable=broad-except
+        # torchrun raises ChildFailedError with the workers' exit codes and errors.
+        codes = ([failure.exitcode for failure in e.failures.values()]
+                 if isinstance(e, errors.ChildFailedError) else [])
         if launching.stopped_for_preemption(codes, config.preempted_exit_code):
             return launching.preempted_status(config, workdir, started,
                                               "a SIGTERM on another machine")
-        print(f"error: a training process failed: {e}", file=sys.stderr)
-        return 1
-    except Exception as e:  # pylint: disable=broad-except
         print(f"error: a training process failed: {e}", file=sys.stderr)
         return 1
     return 0

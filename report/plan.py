@@ -19,6 +19,7 @@ The report shows a finished run's measured figures beside its plan:
 `bazel run //report:report -- --runs=RUN --plan=OUT/plan.json`.
 """
 
+import functools
 import json
 import logging
 import os
@@ -43,10 +44,10 @@ _TOKENIZER = flags.DEFINE_string(
     "tokenizer", "", "The tokenizer the data is counted with: a Hub id or directory; "
     "default: the base's; `embedded`: the repository's own (offline, Gemma 4's special tokens "
     "and chat template, a smaller vocabulary: counts differ from Gemma 4's by a few percent).")
-_CACHE = flags.DEFINE_string(
-    "cache_dir", os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
-                              "gemma4-toolkit", "plan"),
-    "Where TPU compile results are kept (empty: nowhere).")
+DEFAULT_CACHE = os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"),
+                             "gemma4-toolkit", "plan")
+_CACHE = flags.DEFINE_string("cache_dir", DEFAULT_CACHE, "Where TPU compile results and the "
+                             "data's token counts are kept (empty: nowhere).")
 _CALIBRATE = flags.DEFINE_list(
     "calibrate_with", [], "Finished training run directories whose measured steps calibrate "
     "the plan beside common/calibration.json's runs.")
@@ -66,10 +67,13 @@ _CHECK = flags.DEFINE_bool(
     "check_extrapolation", False, "Also compile every extrapolated TPU step whole and print "
     "the extrapolation's error (minutes and GBs of host memory for 60 unrolled layers).")
 
-TPU_CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "training", "tpu",
-                           "configs")
-GPU_CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "training", "gpu",
-                           "configs")
+HERE = os.path.dirname(os.path.abspath(__file__))
+TPU_CONFIGS = os.path.join(HERE, "..", "training", "tpu", "configs")
+GPU_CONFIGS = os.path.join(HERE, "..", "training", "gpu", "configs")
+RECIPES = os.path.join(HERE, "configs")
+# The compiled steps of the TPU configs above under the default recipe (//report:
+# ship_compiled_steps writes it): a plan of them compiles nothing.
+SHIPPED = os.path.join(HERE, "compiled_steps.json")
 GPU_TEMPLATE = "h100x2.py"
 
 
@@ -111,13 +115,15 @@ def machine_configs(names):
     return out
 
 
-def _read(recipe, tokenizer_name):
+def _read(recipe, tokenizer_name, cache_dir):
     """(tokenizer name, data source, planning.Data) of the recipe's data
-    (data/counting.py: offline, the default recipe's data stood in for)."""
+    (data/counting.py: offline, the default recipe's data stood in for), its
+    counts kept in `cache_dir`."""
     from data import counting  # pylint: disable=import-outside-toplevel
     try:
-        return counting.read(recipe.data, planning.read_data, tokenizer=tokenizer_name,
-                             base=recipe.model.name)
+        return counting.read(recipe.data, functools.partial(planning.read_data,
+                                                            cache_dir=cache_dir),
+                             tokenizer=tokenizer_name, base=recipe.model.name)
     except counting.CountingError as e:
         raise planning.PlanError(str(e)) from None
 
@@ -156,6 +162,25 @@ def _check(plan, machine, config, dims, layout, cache):
             for name, (a, b) in pairs.items()}
 
 
+def own_steps(reference=False):
+    """(machine, settings, config, dims) of every TPU step the repository's own
+    configs plan under the default recipe, with our settings (and with
+    `reference`, the reference's too): what //report:ship_compiled_steps ships."""
+    recipe = config_cli.load("recipe.py", RECIPES)
+    dims = _dims(recipe)
+    for machine, _, machine_config in machine_configs(list(_configs(TPU_CONFIGS))):
+        config = planning.apply_recipe(machine_config, recipe)
+        yield machine, "ours", config, dims
+        if reference:
+            yield machine, "reference", _reference(config, machine), dims
+
+
+def shipped_cache(cache_dir):
+    """The plan's compile cache: `cache_dir`'s results, and read-only, SHIPPED's."""
+    from training.tpu import extrapolate  # pylint: disable=import-outside-toplevel
+    return extrapolate.Cache(cache_dir, shipped=extrapolate.read_shipped(SHIPPED))
+
+
 def run_factor(run_dir, cache):
     """A finished run as a calibration run: its median step (metrics.jsonl, after
     the first, which compiles) over the roofline of its own config's step."""
@@ -192,13 +217,15 @@ def make_plan(recipe, names, *, tokenizer_name, cache_dir, run_dirs=(), exclude=
               reference=False, deadline=None, budget=None, download=0.2, warm=False,
               check=False, region=machines.PRICE_REGION, prices_file=""):
     """The plan as a dict (plan.json), priced for `region` (and `prices_file`)."""
-    from training.tpu import extrapolate  # pylint: disable=import-outside-toplevel
     region = costs.use_prices(region, prices_file)
     chosen = machine_configs(names)
     dims = _dims(recipe)
-    cache = extrapolate.Cache(cache_dir)
+    cache = shipped_cache(cache_dir)
     extra = [run_factor(d, cache) for d in run_dirs]
-    tokenizer_name, source, data = _read(recipe, tokenizer_name)
+    tokenizer_name, source, data = _read(recipe, tokenizer_name, cache_dir)
+    if data.cached:
+        print("  its token counts from the plan's cache (the same files, tokenizer and data "
+              "config as a plan before)", flush=True)
     rates = planning.measured_rates(download, warm)
     plans = []
     for machine, file, machine_config in chosen:
@@ -231,11 +258,12 @@ def make_plan(recipe, names, *, tokenizer_name, cache_dir, run_dirs=(), exclude=
     return {"recipe": planning.recipe_summary(recipe), "reference_settings": reference,
             "data": {"source": source, "rows_read": report.rows_read,
                      "kept": report.kept, "dropped": dict(report.dropped),
-                     "tokenizer": tokenizer_name},
+                     "tokenizer": tokenizer_name, "counted_before": data.cached},
             "rates": vars(rates), "deadline_hours": deadline, "budget": budget,
             "prices": {"region": region, "file": prices_file},
             "plans": plans, "ranking": ranking,
-            "cache": {"dir": cache_dir, "hits": cache.hits, "compiled": cache.misses}}
+            "cache": {"dir": cache_dir, "hits": cache.hits, "shipped": cache.shipped_hits,
+                      "compiled": cache.misses}}
 
 
 def _interval(value, fmt):

@@ -128,6 +128,26 @@ class ExtrapolationTest(absltest.TestCase):
         self.assertEqual(cache.misses, 1)  # the same compile, from the cache
         self.assertAlmostEqual(run["factor"], 0.5 / roofline)
 
+    def test_a_shipped_step_compiles_nothing_and_a_bad_shipped_file_is_one_error(self):
+        dims, config, machine = small_dims(2), small_config(), machines.get("tpu-v5p-8")
+        key, = extrapolate.needed_keys(dims, config, machine, whole=True)
+        figures = {"xla_flops": 1.0, "memory": {"temp": 3}}
+        cache = extrapolate.Cache("", shipped={key: figures})
+        with mock.patch.object(aot, "compile_step", side_effect=AssertionError("compiled")):
+            found = extrapolate.compile_step(dims, config, machine, cache, whole=True)
+        self.assertEqual((found["xla_flops"], found["cached"]), (1.0, True))
+        self.assertEqual((cache.hits, cache.shipped_hits, cache.misses), (1, 1, 0))
+        self.assertEqual(cache.used[key]["figures"], figures)  # what a ship would write
+        # Another shape is not in the file: compiled.
+        self.assertNotIn(extrapolate.needed_keys(dims, small_config(), machines.get(
+            "tpu-v5p-16"), whole=True)[0], cache.shipped)
+        shipped = self.create_tempfile("shipped.json", content='{"steps": [1]}').full_path
+        with self.assertRaisesRegex(extrapolate.ShippedError, "^.*shipped.json: not a file of "
+                                    "shipped compile results .*; regenerate it with `bazel "
+                                    "run //report:ship_compiled_steps`$"):
+            extrapolate.read_shipped(shipped)
+        self.assertEqual(extrapolate.read_shipped(shipped + ".missing"), {})
+
     def test_a_torn_cache_entry_is_compiled_again(self):
         cache = extrapolate.Cache(self.create_tempdir().full_path)
         cache.put("k", {"a": 1})
@@ -145,6 +165,87 @@ class ExtrapolationTest(absltest.TestCase):
         self.assertEqual(out["xla_flops"], 10 + 6 * 9)
         self.assertEqual(out["memory"]["temp"], 100 + 60 * 9)
         self.assertEqual(out["host_peak_bytes"], 7)
+
+
+class ShippedStepsTest(absltest.TestCase):
+    """report/compiled_steps.json: the repository's own TPU steps, current."""
+
+    def test_the_shipped_steps_are_the_current_ones(self):
+        wanted, ours = {}, set()
+        for machine, settings, config, dims in plan_lib.own_steps(reference=True):
+            try:
+                planning.hparams_check(config, machine)
+            except planning.cli.UserError:
+                continue
+            for key in extrapolate.needed_keys(dims, config, machine):
+                wanted[key] = f"{machine.name} ({settings} settings)"
+                if settings == "ours":
+                    ours.add(key)
+        shipped = extrapolate.read_shipped(plan_lib.SHIPPED)
+        stale = sorted(ours - set(shipped))  # the reference's steps are shipped or not
+        self.assertFalse(stale, "report/compiled_steps.json is not current for " + ", ".join(
+            sorted({wanted[k] for k in stale})) + ": a module that makes the step "
+            "(extrapolate.STEP_MODULES), a pinned package or a TPU config changed; run "
+            "`./bazelw run //report:ship_compiled_steps` and commit the file")
+        self.assertEqual(set(shipped) - set(wanted), set(), "steps no config plans any more")
+
+    def test_every_module_the_step_imports_is_classified(self):
+        # A module the step's modules import either makes the step (its source is in
+        # the cache key) or is listed as not making it.
+        step, seen, todo = set(extrapolate.STEP_MODULES), set(), [extrapolate.STEP_ROOT]
+        while todo:
+            module = todo.pop()
+            seen.add(module)
+            for imported in extrapolate.first_party_imports(module):
+                self.assertIn(imported, step | set(extrapolate.NOT_THE_STEP),
+                              f"{module} imports {imported}: add it to STEP_MODULES (it "
+                              "makes the compiled step) or NOT_THE_STEP")
+                if imported in step and imported not in seen:
+                    todo.append(imported)
+        self.assertEqual(seen, step)  # nothing listed that the step does not import
+
+
+class CountsCacheTest(absltest.TestCase):
+
+    def test_a_second_read_of_the_same_local_data_counts_nothing(self):
+        from data import tokenizer as tokenizer_lib  # pylint: disable=import-outside-toplevel
+        tokenizer = tokenizer_lib.load()
+        rows = self.create_tempfile("rows.jsonl", content="".join(
+            json.dumps({"prompt": f"p{i}", "completion": "x " * i}) + "\n"
+            for i in range(1, 30))).full_path
+        data_config = planning.pipeline.default_config()
+        data_config.source = rows
+        cache = self.create_tempdir().full_path
+        first = planning.read_data(data_config, tokenizer, cache)
+        self.assertFalse(first.cached)
+        with mock.patch.object(planning.pipeline, "encode",
+                               side_effect=AssertionError("counted again")):
+            second = planning.read_data(data_config, tokenizer, cache)
+        self.assertTrue(second.cached)
+        np.testing.assert_array_equal(second.lengths, first.lengths)
+        np.testing.assert_array_equal(second.trained, first.trained)
+        self.assertEqual((second.report.rows_read, second.report.kept),
+                         (first.report.rows_read, first.report.kept))
+        # Another tokenizer, another data setting or a changed file: counted again.
+        self.assertTrue(len({planning.counts_key(data_config, tokenizer),
+                             planning.counts_key(data_config, tokenizer_lib.build_tokenizer(
+                                 chat_template="{{ messages[0].content }}")),
+                             planning.counts_key(_with(data_config, max_seq_len=64),
+                                                 tokenizer)}) == 3)
+        with open(rows, "a") as f:
+            f.write(json.dumps({"prompt": "new", "completion": "row"}) + "\n")
+        self.assertFalse(planning.read_data(data_config, tokenizer, cache).cached)
+        # Data in a bucket or on the Hub is read every time.
+        self.assertIsNone(planning.counts_key(_with(data_config, source="gs://b/rows.jsonl"),
+                                              tokenizer))
+        self.assertIsNone(planning.counts_key(_with(data_config, source="owner/name"),
+                                              tokenizer))
+
+
+def _with(data_config, **fields):
+    changed = data_config.copy_and_resolve_references()
+    changed.update(fields)
+    return changed
 
 
 class CalibrationTest(absltest.TestCase):
@@ -250,12 +351,12 @@ class FitTest(absltest.TestCase):
 
 class BinaryTest(absltest.TestCase):
 
-    def _run(self, *args, tokenizer="embedded"):
+    def _run(self, *args, tokenizer="embedded", cache=None):
         out = self.create_tempdir().full_path
         result = subprocess.run(
             binaries.command("//report:plan", f"--out={out}",
                              *([f"--tokenizer={tokenizer}"] if tokenizer else []),
-                             f"--cache_dir={self.create_tempdir().full_path}", *args),
+                             f"--cache_dir={cache or self.create_tempdir().full_path}", *args),
             capture_output=True, text=True, timeout=600, check=False, env=binaries.child_env())
         return result, out
 
@@ -307,12 +408,15 @@ class BinaryTest(absltest.TestCase):
         self.assertEqual((row["hours_ratio"], row["in_interval"], row["tokens_per_s_ratio"]),
                          (1.0, True, 0.5))
 
-    def test_with_no_flags_offline_the_reference_shape_is_planned(self):
+    def test_with_no_flags_offline_every_machine_is_planned_from_shipped_steps(self):
         # No Hub (a closed loopback port stands for it): the default recipe's
-        # tokenizer and data become CodeV-R1-shaped rows and the embedded tokenizer.
+        # tokenizer and data become CodeV-R1-shaped rows and the embedded tokenizer;
+        # every TPU step comes from report/compiled_steps.json, compiled by nobody.
+        cache = self.create_tempdir().full_path
         os.environ["HF_ENDPOINT"] = "http://127.0.0.1:9"
         try:
-            result, out = self._run("--machines=gpu-h100x2", tokenizer=None)
+            result, out = self._run(tokenizer=None, cache=cache)
+            again, out_again = self._run(tokenizer=None, cache=cache)
         finally:
             del os.environ["HF_ENDPOINT"]
         self.assertEqual(result.returncode, 0, result.stderr[-3000:])
@@ -320,9 +424,23 @@ class BinaryTest(absltest.TestCase):
                       "hf://datasets/zhuyaoyu/CodeV-R1-dataset/codev_r1_sft.jsonl", result.stdout)
         with open(os.path.join(out, "plan.json")) as f:
             plan = json.load(f)
-        self.assertEqual((plan["data"]["source"], plan["data"]["tokenizer"]),
-                         ("synthetic:10000", "embedded"))
-        self.assertTrue(plan["plans"][0]["fits"])
+        self.assertEqual((plan["data"]["source"], plan["data"]["tokenizer"],
+                          plan["data"]["counted_before"]), ("synthetic:10000", "embedded", False))
+        tpus = [p for p in plan["plans"] if p["platform"] == "tpu"]
+        self.assertEqual({p["machine"] for p in tpus}, {
+            "tpu-v5litepod-16", "tpu-v5p-16", "tpu-v5p-8", "tpu-v6e-8"})
+        self.assertEqual(plan["cache"]["compiled"], 0)
+        self.assertEqual(plan["cache"]["shipped"], 5)  # v5p-8 at two depths, 3 scanned
+        self.assertTrue(all(p["fits"] for p in tpus), [p.get("why") for p in tpus])
+        self.assertIn("gpu-h100x2", {p["machine"] for p in plan["plans"] if p["fits"]})
+        # The second plan counts nothing either: the same figures.
+        self.assertEqual(again.returncode, 0, again.stderr[-3000:])
+        self.assertIn("its token counts from the plan's cache", again.stdout)
+        with open(os.path.join(out_again, "plan.json")) as f:
+            second = json.load(f)
+        self.assertTrue(second["data"]["counted_before"])
+        self.assertEqual([p.get("hours") for p in second["plans"]],
+                         [p.get("hours") for p in plan["plans"]])
         # Data of the user's own is never stood in for: its tokenizer is one error.
         rows = self.create_tempfile("rows.jsonl",
                                     content='{"prompt": "a", "completion": "b"}\n').full_path

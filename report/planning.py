@@ -25,17 +25,27 @@ on demand and on spot, with an interval from measured runs:
   validation set.
 """
 
+import collections
 import copy
 import dataclasses
+import glob
+import hashlib
+import json
+import logging
 import math
+import os
+import tempfile
 
 import numpy as np
 
 from common import calibration
 from common import cli
+from common import config_cli
 from common import machines
+from common import storage
 from data import packing
 from data import pipeline
+from data import sources
 from gemma4 import gemma4_map
 from training.common import flops as flops_lib
 from training.common import hparams
@@ -82,10 +92,112 @@ class Data:
     trained: np.ndarray
     report: object  # pipeline.Report
     eval_lengths: np.ndarray = None  # the validation set's, when there is one
+    cached: bool = False  # counted by an earlier plan (read_data's cache)
 
 
-def read_data(data_config, tokenizer):
-    """Reads and encodes the data once (data/pipeline.py), as training does."""
+def read_data(data_config, tokenizer, cache_dir=""):
+    """Reads and encodes the data once (data/pipeline.py), as training does; the
+    counts are kept in `cache_dir` for local data (`counts_key`), so a second
+    plan of the same data and tokenizer reads nothing."""
+    key = counts_key(data_config, tokenizer) if cache_dir else None
+    path = key and os.path.join(cache_dir, "counts", f"{key}.json")
+    found = _read_counts(path) if path else None
+    if found is not None:
+        return found
+    data = _encode(data_config, tokenizer)
+    if path:
+        _write_counts(path, data)
+    return data
+
+
+def _files_fingerprint(source):
+    """[(path, size, mtime)] of a local source's files; None for one that is not
+    local (a bucket, the Hub: read every time)."""
+    if source.startswith(sources.SYNTHETIC):
+        return []  # generated from its spec alone
+    if source == sources.SAMPLE:
+        source = sources.SAMPLE_PATH
+    if storage.is_url(source) or source.startswith("hf://"):
+        return None
+    path = config_cli.user_path(source)
+    if os.path.isdir(path):
+        files = [os.path.join(d, n) for d, _, names in os.walk(path, followlinks=True)
+                 for n in names]
+    elif os.path.exists(path):
+        files = [path]
+    else:
+        files = glob.glob(path, recursive=True)
+        if not files:  # a Hub data set id, or nothing: not counted ahead
+            return None
+    out = []
+    for name in sorted(files):
+        stat = os.stat(name)
+        out.append((name, stat.st_size, stat.st_mtime_ns))
+    return out
+
+
+def _source_digest():
+    """The data layer's code (data/*.py), which decides what a row encodes to."""
+    digest = hashlib.sha256()
+    folder = os.path.dirname(os.path.abspath(pipeline.__file__))
+    for name in sorted(os.listdir(folder)):
+        if name.endswith(".py") and not name.endswith("_test.py"):
+            with open(os.path.join(folder, name), "rb") as f:
+                digest.update(name.encode() + b"\0" + f.read())
+    return digest.hexdigest()
+
+
+def counts_key(data_config, tokenizer):
+    """What the counts of `data_config`'s rows under `tokenizer` depend on, hashed
+    (the data config, its files' sizes and times, the tokenizer's vocabulary,
+    specials and chat template, the data layer's code), or None where the data
+    is not local."""
+    files = _files_fingerprint(data_config.source)
+    if files is None:
+        return None
+    vocabulary = getattr(tokenizer, "backend_tokenizer", None)
+    what = {"data": data_config.to_json(sort_keys=True), "files": files,
+            "tokenizer": hashlib.sha256(vocabulary.to_str().encode()).hexdigest()
+            if vocabulary else repr(tokenizer),
+            "specials": repr(getattr(tokenizer, "all_special_tokens", None)),
+            "template": getattr(tokenizer, "chat_template", None), "code": _source_digest()}
+    return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
+
+
+def _read_counts(path):
+    try:
+        with open(path, encoding="utf-8") as f:
+            found = json.load(f)
+        report = pipeline.Report(**found["report"])
+        report.dropped = collections.Counter(report.dropped)
+        return Data(lengths=np.array(found["lengths"], dtype=np.int64),
+                    trained=np.array(found["trained"], dtype=np.int64), report=report,
+                    eval_lengths=None if found["eval_lengths"] is None else
+                    np.array(found["eval_lengths"], dtype=np.int64), cached=True)
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, KeyError, TypeError) as e:  # torn: counted again
+        logging.warning("plan cache: %s unreadable (%s), counting the data again", path, e)
+        return None
+
+
+def _write_counts(path, data):
+    """Kept for the next plan; a cache that cannot be written costs time only."""
+    value = {"lengths": data.lengths.tolist(), "trained": data.trained.tolist(),
+             "eval_lengths": None if data.eval_lengths is None else data.eval_lengths.tolist(),
+             "report": {field.name: getattr(data.report, field.name)
+                        for field in dataclasses.fields(data.report)}}
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(path), suffix=".tmp",
+                                         delete=False) as f:
+            json.dump(value, f, default=int)
+        os.replace(f.name, path)
+    except OSError as e:
+        logging.warning("plan cache: cannot write %s (%s); the next plan counts again", path, e)
+
+
+def _encode(data_config, tokenizer):
     examples, report = pipeline.encode(data_config, tokenizer)
     if report.trained_tokens == 0:
         raise PlanError(f"no token to train on in {data_config.source}: {report.rows_read} "

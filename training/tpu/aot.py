@@ -149,10 +149,20 @@ def reference_config(config, chips):
     return reference
 
 
+# Fields of a TPU config that the compiled step does not read: its data (but for
+# the sequence length), when it saves, evaluates, logs and reports, and how the
+# process exits on preemption.
+_NOT_COMPILED = ("data", "checkpoint_every_steps", "checkpoints_to_keep", "compilation_cache",
+                 "eval_every_steps", "heartbeat_s", "log_every", "preempted_exit_code",
+                 "tracking")
+
+
 def compiled_shape(config):
-    """What the compiled step depends on: the config without its data, but for the
-    sequence length (padded and packed rows of one length compile alike)."""
-    shape = {name: value for name, value in config.to_dict().items() if name != "data"}
+    """What the compiled step depends on: the config without the fields it does
+    not read (`_NOT_COMPILED`), but for the sequence length (padded and packed
+    rows of one length compile alike)."""
+    shape = {name: value for name, value in config.to_dict().items()
+             if name not in _NOT_COMPILED}
     return json.dumps({**shape, "seq_len": config.data.max_seq_len}, sort_keys=True,
                       default=str)
 

@@ -17,10 +17,14 @@ Results are kept in a cache directory as JSON, keyed by what determines them:
 the compiled shape of the config (`aot.compiled_shape`),
 the base's dimensions, the topology, the versions of the packages that build
 and compile the step (JAX, jaxlib, libtpu, Flax, Qwix, Tunix, Optax) and the
-source of the modules that build it (this package's, the Gemma 4 map, the
-recipe), so a second plan over the same inputs compiles nothing.
+source of the modules that make the step (`STEP_MODULES`), so a second plan
+over the same inputs compiles nothing. A cache can also read a shipped file of
+such results (`Cache(shipped=...)`): the repository's own machine configs'
+steps, compiled once by `bazel run //report:ship_compiled_steps`, so a plan of
+them compiles nothing on a fresh machine.
 """
 
+import ast
 import dataclasses
 import hashlib
 import importlib.metadata
@@ -29,6 +33,7 @@ import logging
 import os
 import tempfile
 
+from common import cli
 from training.tpu import aot
 from training.tpu import layer_scan
 
@@ -82,16 +87,49 @@ def _versions():
     return versions
 
 
+# The modules whose code makes the compiled step: the source part of the cache
+# key. `STEP_ROOT` and these import the repository's modules in `NOT_THE_STEP`
+# too, which only check, load or name things (errors, paths, config defaults
+# whose values the key holds); a test walks the imports and fails on a module
+# in neither list, so a new import is classified where it is added.
+STEP_ROOT = "training/tpu/aot.py"
+STEP_MODULES = (
+    "data/packing.py", "gemma4/gemma4_map.py", "training/common/flops.py",
+    "training/common/hparams.py", "training/common/memory.py", STEP_ROOT,
+    "training/tpu/forward.py", "training/tpu/layer_scan.py", "training/tpu/mesh_plan.py",
+    "training/tpu/model.py", "training/tpu/optimizer.py", "training/tpu/sharding.py",
+    "training/tpu/state.py", "training/tpu/train_step.py")
+NOT_THE_STEP = ("common/calibration.py", "common/cli.py", "common/storage.py",
+                "data/pipeline.py", "gemma4/base_model.py")
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def first_party_imports(path, root=ROOT):
+    """The repository files (relative paths) that the module at `path` imports,
+    at its top or inside functions."""
+    with open(os.path.join(root, path), encoding="utf-8") as f:
+        tree = ast.parse(f.read(), path)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [f"{node.module}.{alias.name}" for alias in node.names] + [node.module]
+        else:
+            continue
+        for name in names:  # (packages are folders without code: Bazel's __init__.py)
+            candidate = name.replace(".", "/") + ".py"
+            if os.path.isfile(os.path.join(root, candidate)):
+                found.add(candidate)
+    found.discard(path)
+    return found
+
+
 def _source_digest():
-    """The source of the modules that build the step: training/tpu's, the recipe's
-    common modules and Gemma 4's formats (gemma4/)."""
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     digest = hashlib.sha256()
-    for folder in ("training/tpu", "training/common", "gemma4"):
-        for name in sorted(os.listdir(os.path.join(root, folder))):
-            if name.endswith(".py") and not name.endswith("_test.py"):
-                with open(os.path.join(root, folder, name), "rb") as f:
-                    digest.update(f"{folder}/{name}".encode() + b"\0" + f.read())
+    for path in STEP_MODULES:
+        with open(os.path.join(ROOT, path), "rb") as f:
+            digest.update(path.encode() + b"\0" + f.read())
     return digest.hexdigest()
 
 
@@ -102,17 +140,58 @@ def cache_key(dims, config, machine, layers):
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
 
 
-class Cache:
-    """Compile results as JSON files in `directory` (None: nothing is kept)."""
+def needed_keys(dims, config, machine, *, whole=False):
+    """The cache keys `compile_step` looks up for this step, without compiling."""
+    depths = (None if whole else sizes(dims, config)) or (dims.num_layers,)
+    return [cache_key(cut(dims, layers), config, machine, layers) for layers in depths]
 
-    def __init__(self, directory):
+
+class ShippedError(cli.UserError):
+    """A shipped file of compile results that cannot be read."""
+
+
+def read_shipped(path):
+    """{key: figures} of a file `ship` wrote; {} where there is none."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            found = json.load(f)
+        return {key: entry["figures"] for key, entry in found["steps"].items()}
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+        raise ShippedError(f"{path}: not a file of shipped compile results ({e!r}); "
+                           "regenerate it with `bazel run //report:ship_compiled_steps`") from None
+
+
+def ship(path, used, about):
+    """Writes the compile results in `used` (Cache.used) to `path`, atomically."""
+    text = json.dumps({"about": about, "versions": _versions(), "source": _source_digest(),
+                       "steps": dict(sorted(used.items()))}, indent=1, sort_keys=True)
+    with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(path), suffix=".tmp",
+                                     delete=False) as f:
+        f.write(text + "\n")
+    os.replace(f.name, path)
+
+
+class Cache:
+    """Compile results as JSON files in `directory` (empty: nothing is kept),
+    and read-only, those of a `shipped` file (`read_shipped`). `used` holds
+    every result this cache handed out or stored, by key, with what it is."""
+
+    def __init__(self, directory, shipped=None):
         self.directory = directory
-        self.hits = self.misses = 0
+        self.shipped = shipped or {}
+        self.hits = self.misses = self.shipped_hits = 0
+        self.used = {}
 
     def _path(self, key):
         return os.path.join(self.directory, f"{key}.json")
 
     def get(self, key):
+        if key in self.shipped:
+            self.hits += 1
+            self.shipped_hits += 1
+            return dict(self.shipped[key])
         if not self.directory:
             return None
         try:
@@ -144,13 +223,16 @@ def compiled(dims, config, machine, cache):
     """aot.compile_step's figures for `dims`, from the cache or compiled (and kept)."""
     key = cache_key(dims, config, machine, dims.num_layers)
     found = cache.get(key)
-    if found is not None:
-        found["cached"] = True
-        return found
-    cache.misses += 1
-    measured = aot.compile_step(dims, config, machine)
-    cache.put(key, measured)
-    return {**measured, "cached": False}
+    if found is None:
+        cache.misses += 1
+        found = aot.compile_step(dims, config, machine)
+        cache.put(key, found)
+        cached = False
+    else:
+        found.pop("cached", None)
+        cached = True
+    cache.used[key] = {"machine": machine.name, "layers": dims.num_layers, "figures": found}
+    return {**found, "cached": cached}
 
 
 def compile_step(dims, config, machine, cache, *, whole=False):
@@ -162,7 +244,7 @@ def compile_step(dims, config, machine, cache, *, whole=False):
         measured = compiled(dims, config, machine, cache)
         return {**measured, "extrapolated": None}
     a, b = depths
-    log.info("compiling the step at %d and %d of its %d layers, to extend per layer", a, b,
+    log.info("the step at %d and %d of its %d layers, extended per layer", a, b,
              dims.num_layers)
     small = compiled(cut(dims, a), config, machine, cache)
     large = compiled(cut(dims, b), config, machine, cache)

@@ -125,9 +125,10 @@ def run_layout(dims, config, mesh, scanned, steps):
     compiled = lowered.compile()
     done = time.perf_counter()
     memory = aot.memory_figures(compiled.memory_analysis())
-    # XLA's own estimate from this compile (the accumulation loop's body counted
-    # once, as `//training/tpu:compile` counts it), beside the measured step.
-    estimate = aot.cost(compiled).get("optimal_seconds", 0.0) * mesh_plan.batch_shape(config)[0]
+    # XLA's own estimate and counts from this compile (the accumulation loop's body
+    # counted once, as `//training/tpu:compile` counts it), beside the measured step.
+    counted = aot.cost(compiled)
+    estimate = counted.get("optimal_seconds", 0.0) * mesh_plan.batch_shape(config)[0]
     lora, opt_state = state.lora, state.opt_state
     seconds, losses, tokens = [], [], 0
     for step, (batch, data_tokens) in enumerate(data):
@@ -157,6 +158,10 @@ def run_layout(dims, config, mesh, scanned, steps):
         "losses": losses,
         "xla_bytes_per_chip": aot.per_chip_bytes(memory),
         "xla_estimated_step_seconds": estimate,
+        # per chip, one accumulation step (and a scanned loop's body once)
+        "xla_counted": {"flops": counted.get("flops", 0.0),
+                        "bytes_accessed": counted.get("bytes accessed", 0.0)},
+        "memory": memory,
         "device_peak_bytes": device_peak,
     }
     del state, compiled, lowered, lora, opt_state, data

@@ -13,6 +13,7 @@ import os
 from common import cli
 
 PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "calibration.json")
+SHAPES_PATH = os.path.join(os.path.dirname(os.path.abspath(__file__)), "step_shapes.json")
 
 
 class CalibrationError(cli.UserError):
@@ -77,3 +78,42 @@ def factors(name, machine=None, generation=None, path=PATH):
     return [(run["id"], run["factors"][name]) for run in runs(path)
             if name in run["factors"] and (machine is None or run["machine"] == machine)
             and (generation is None or run["topology"].split(":")[0] == generation)]
+
+
+def step_model(path=SHAPES_PATH):
+    """Our TPU step as a x compute + b x memory seconds (the roofline's two parts:
+    matrix work at peak, HBM traffic at bandwidth, partly overlapped), fitted by
+    least squares to the chip shapes named in step_shapes.json's `fit`; the
+    other shapes are held out: {"compute": a, "memory": b, "fit": [names],
+    "held_out": [{"shape", "measured", "predicted", "error"}], "source"}."""
+    try:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        rows, fitted = data["rows"], set(data["fit"])
+        points = [(r["compute_seconds"], r["memory_seconds"], r["step_seconds"], r["shape"])
+                  for r in rows]
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise CalibrationError(f"{path}: not a file of measured step shapes ({e})") from None
+    fit = [p for p in points if p[3] in fitted]
+    if len(fit) < 2 or len(fit) == len(points):
+        raise CalibrationError(f"{path}: fit on at least 2 shapes and hold at least one out")
+    # The normal equations of t = a c + b m over the fitted shapes.
+    cc, cm, mm = (sum(c * c for c, _, _, _ in fit), sum(c * m for c, m, _, _ in fit),
+                  sum(m * m for _, m, _, _ in fit))
+    ct, mt = sum(c * t for c, _, t, _ in fit), sum(m * t for _, m, t, _ in fit)
+    det = cc * mm - cm * cm
+    a, b = (ct * mm - mt * cm) / det, (mt * cc - ct * cm) / det
+    held = [{"shape": name, "measured": t, "predicted": a * c + b * m,
+             "error": (a * c + b * m) / t - 1} for c, m, t, name in points if name not in fitted]
+    return {"compute": a, "memory": b, "fit": [p[3] for p in fit], "held_out": held,
+            "source": os.path.relpath(path, os.path.dirname(os.path.dirname(path)))}
+
+
+def predict_step(model, compute_seconds, memory_seconds):
+    """(point, low, high) seconds of a step with these roofline parts: the model's
+    value, and the range its held-out errors give, the point included (a
+    held-out shape predicted 12% low puts the high end 1/0.88 above the point)."""
+    point = model["compute"] * compute_seconds + model["memory"] * memory_seconds
+    errors = [h["error"] for h in model["held_out"]]
+    return (point, min(point, point / (1 + max(errors))),
+            max(point, point / (1 + min(errors))))

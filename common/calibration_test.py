@@ -1,6 +1,8 @@
 """The calibration file: every run names a machine the table has, and every factor
 it records is what its own predicted and measured figures give."""
 
+import json
+
 from absl.testing import absltest
 
 from common import calibration
@@ -66,6 +68,49 @@ class CalibrationTest(absltest.TestCase):
         path = self.create_tempfile(content="{\"run\": []}").full_path
         with self.assertRaisesRegex(calibration.CalibrationError, "not a calibration file"):
             calibration.runs(path)
+
+
+
+class StepModelTest(absltest.TestCase):
+
+    def test_the_chip_model_holds_on_the_shapes_it_was_not_fitted_to(self):
+        # The bar of the step model: on held-out shapes, median error <= 10%, max <= 20%.
+        model = calibration.step_model()
+        errors = sorted(abs(h["error"]) for h in model["held_out"])
+        self.assertGreaterEqual(len(model["fit"]) + len(errors), 8)
+        self.assertGreaterEqual(len(errors), 4)
+        self.assertLessEqual(errors[len(errors) // 2], 0.10, model["held_out"])
+        self.assertLessEqual(errors[-1], 0.20, model["held_out"])
+        with open(calibration.SHAPES_PATH, encoding="utf-8") as f:
+            rows = json.load(f)["rows"]
+        self.assertLen({r["shape"] for r in rows}, len(rows))
+        for row in rows:  # what the roofline's parts were made of
+            self.assertAlmostEqual(row["memory_seconds"], row["xla_bytes_accessed"] / 819e9,
+                                   places=4)
+            self.assertAlmostEqual(row["compute_seconds"],
+                                   (row["xla_flops"] + row["kernel_flops"]) / 197e12, places=4)
+
+    def test_a_known_line_is_found_and_its_range_comes_from_the_held_out_errors(self):
+        rows = [{"shape": f"s{i}", "compute_seconds": c, "memory_seconds": m,
+                 "step_seconds": 2 * c + 0.5 * m}
+                for i, (c, m) in enumerate([(1.0, 0.5), (0.5, 1.0), (2.0, 0.1), (0.3, 0.3)])]
+        rows[3]["step_seconds"] *= 1.25  # the held-out shape ran 25% slower than the line
+        path = self.create_tempfile("shapes.json", content=json.dumps(
+            {"rows": rows, "fit": ["s0", "s1", "s2"]})).full_path
+        model = calibration.step_model(path)
+        self.assertAlmostEqual(model["compute"], 2.0)
+        self.assertAlmostEqual(model["memory"], 0.5)
+        held, = model["held_out"]
+        self.assertAlmostEqual(held["error"], 1 / 1.25 - 1)
+        point, low, high = calibration.predict_step(model, 1.0, 1.0)
+        self.assertAlmostEqual(point, 2.5)
+        self.assertAlmostEqual(high, 2.5 * 1.25)  # as slow as the held-out shape ran
+        self.assertAlmostEqual(low, 2.5)  # no held-out shape ran faster than predicted
+        for content in ("[]", '{"rows": [], "fit": []}', json.dumps(
+                {"rows": rows, "fit": ["s0", "s1", "s2", "s3"]})):
+            bad = self.create_tempfile(content=content).full_path
+            with self.assertRaises(calibration.CalibrationError):
+                calibration.step_model(bad)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,11 @@ GPU) plans the run (report/planning.py): fits or why not, optimizer steps,
 step time, billed hours and dollars on demand and on spot with the interval of
 the measured runs that calibrate it, tokens/s, MFU, what limits it. Writes
 the plan into --out as JSON, Markdown, self-contained HTML and a PNG plot
-(hours against dollars, the intervals as bars) and prints the table. TPU compiles are kept in --cache_dir,
-so a second plan of the same inputs compiles nothing.
+(hours against dollars, the intervals as bars) and prints the table. TPU
+compiles and the data's token counts are kept in --cache_dir, so a second
+plan of the same inputs compiles and counts nothing; the repository's own TPU
+configs' steps ship compiled (compiled_steps.json), so a plan of them
+compiles nothing even the first time.
 
 The report shows a finished run's measured figures beside its plan:
 `bazel run //report:report -- --runs=RUN --plan=OUT/plan.json`.
@@ -52,7 +55,8 @@ _CALIBRATE = flags.DEFINE_list(
     "calibrate_with", [], "Finished training run directories whose measured steps calibrate "
     "the plan beside common/calibration.json's runs.")
 _EXCLUDE = flags.DEFINE_list("exclude_runs", [], "Calibration run ids left out (to test the "
-                             "calibration on a run it did not see).")
+                             "calibration on a run it did not see); `step_model` plans TPU "
+                             "steps from the runs instead of the chip step model.")
 _REFERENCE = flags.DEFINE_bool(
     "reference_settings", False, "Plan the reference study's settings: padded rows, and on "
     "TPU its step (tp=4, one row per replica, remat, dense attention, threefry masks).")
@@ -316,7 +320,7 @@ def price_rows(plan):
 
 
 HEADER = ["machine", "fits", "steps", "step", "billed hours", "on demand", "spot",
-          "tokens/s", "MFU", "limited by", "calibration runs"]
+          "tokens/s", "MFU", "limited by", "calibration"]
 
 
 def blocks(plan, image):
@@ -336,11 +340,14 @@ def blocks(plan, image):
            ("h", 2, f"Prices ({plan['prices']['region']})"),
            ("table", ["machine", "on demand", "spot", "per VM", "source", "date", "note"],
             price_rows(plan)),
-           ("p", "Each step is the roofline of the compiled step (TPU: XLA's counted FLOPs and "
-                 "bytes at the chips' peak and HBM bandwidth; GPU: the compiled FLOPs at peak) "
+           ("p", "A TPU step is the step model fitted to our step on the v5e chip at many "
+                 "shapes: a x its compute time (XLA's counted FLOPs plus the kernels' at the "
+                 "chips' peak) + b x its memory time (XLA's counted bytes at their HBM "
+                 "bandwidth), the range from the model's errors on the shapes it was not "
+                 "fitted to (below). A GPU step is the roofline (the compiled FLOPs at peak) "
                  "times the mean measured/roofline factor of the runs that calibrate it; the "
-                 "range is their lowest and highest factor. A range that is a single value "
-                 "rests on one run. Billed hours add the download, loading, compile, checkpoint "
+                 "range is their lowest and highest factor, a single value where one run is "
+                 "all there is. Billed hours add the download, loading, compile, checkpoint "
                  "saves and validation (below).")]
     if plan["deadline_hours"] is not None or plan["budget"] is not None:
         header = ["machine"]
@@ -376,6 +383,16 @@ def blocks(plan, image):
             rows.append([p["machine"], run["id"], run["machine"], f"{run['factor']:.3f}",
                          run["source"]])
     out.append(("table", ["plan", "run", "its machine", "measured / roofline", "from"], rows))
+    model = next((p["calibration"]["model"] for p in plan["plans"]
+                  if p.get("calibration", {}).get("model")), None)
+    if model:
+        out.append(("p", f"The TPU step model ({model['source']}): step = "
+                         f"{model['compute']:.3f} x compute + {model['memory']:.3f} x memory "
+                         f"seconds, fitted to {len(model['fit'])} shapes of our step on one "
+                         f"v5e chip ({', '.join(model['fit'])}); on the shapes held out:"))
+        out.append(("table", ["held-out shape", "measured", "predicted", "error"],
+                    [[h["shape"], f"{h['measured']:.3f} s", f"{h['predicted']:.3f} s",
+                      f"{100 * h['error']:+.1f}%"] for h in model["held_out"]]))
     if image:
         out.append(("img", image, "billed hours against on-demand dollars, with the "
                                   "calibration's intervals"))

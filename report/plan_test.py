@@ -138,14 +138,20 @@ class ExtrapolationTest(absltest.TestCase):
         self.assertEqual((found["xla_flops"], found["cached"]), (1.0, True))
         self.assertEqual((cache.hits, cache.shipped_hits, cache.misses), (1, 1, 0))
         self.assertEqual(cache.used[key]["figures"], figures)  # what a ship would write
-        # Another shape is not in the file: compiled.
-        self.assertNotIn(extrapolate.needed_keys(dims, small_config(), machines.get(
-            "tpu-v5p-16"), whole=True)[0], cache.shipped)
-        shipped = self.create_tempfile("shipped.json", content='{"steps": [1]}').full_path
-        with self.assertRaisesRegex(extrapolate.ShippedError, "^.*shipped.json: not a file of "
-                                    "shipped compile results .*; regenerate it with `bazel "
-                                    "run //report:ship_compiled_steps`$"):
-            extrapolate.read_shipped(shipped)
+        good = {"xla_flops": 1.0, "xla_bytes_accessed": 2.0, "optimal_seconds": -3.0,
+                "compile_seconds": 4.0, "host_peak_bytes": 5,
+                "memory": {"argument": 1, "output": 2, "alias": 3, "temp": 4}, "scan": {}}
+        for steps in ([1], {"k": {"figures": 7}}, {"k": {"figures": "x"}},
+                      {"k": {"figures": {**good, "memory": {}}}},
+                      {"k": {"figures": {**good, "xla_flops": float("nan")}}}):
+            shipped = self.create_tempfile("shipped.json", content=json.dumps(
+                {"steps": steps})).full_path
+            with self.assertRaisesRegex(extrapolate.ShippedError, "^.*shipped.json: not a file "
+                                        "of shipped compile results .*; regenerate it with "
+                                        "`bazel run //report:ship_compiled_steps`$"):
+                extrapolate.read_shipped(shipped)
+        self.assertEqual(extrapolate.read_shipped(self.create_tempfile(content=json.dumps(
+            {"steps": {"k": {"figures": good}}})).full_path), {"k": good})
         self.assertEqual(extrapolate.read_shipped(shipped + ".missing"), {})
 
     def test_a_torn_cache_entry_is_compiled_again(self):
@@ -235,6 +241,27 @@ class CountsCacheTest(absltest.TestCase):
         with open(rows, "a") as f:
             f.write(json.dumps({"prompt": "new", "completion": "row"}) + "\n")
         self.assertFalse(planning.read_data(data_config, tokenizer, cache).cached)
+        # A dangling link (an editor's lock file) and a link back up a folder are
+        # read past, as the data layer reads past them; an eval source is keyed too.
+        folder = self.create_tempdir()
+        folder.create_file("train.jsonl", content=json.dumps(
+            {"prompt": "p", "completion": "c"}) + "\n")
+        os.symlink("nowhere:1", os.path.join(folder.full_path, ".#train.jsonl"))
+        os.symlink(".", os.path.join(folder.full_path, "self"))
+        os.symlink(".", os.path.join(folder.full_path, "again"))
+        in_folder = _with(data_config, source=folder.full_path)
+        self.assertIsNotNone(planning.counts_key(in_folder, tokenizer))
+        evals = self.create_tempfile("eval.jsonl", content="{}\n").full_path
+        self.assertNotEqual(planning.counts_key(_with(in_folder, eval_source=evals), tokenizer),
+                            planning.counts_key(in_folder, tokenizer))
+        self.assertIsNone(planning.counts_key(_with(in_folder, eval_source="gs://b/e.jsonl"),
+                                              tokenizer))
+        # A cache entry that is not one is counted again.
+        key = planning.counts_key(data_config, tokenizer)
+        with open(os.path.join(cache, "counts", f"{key}.json"), "w") as f:
+            json.dump({"lengths": [[1]], "trained": [1], "eval_lengths": None,
+                       "report": {"rows_read": 1}}, f)
+        self.assertFalse(planning.read_data(data_config, tokenizer, cache).cached)
         # Data in a bucket or on the Hub is read every time.
         self.assertIsNone(planning.counts_key(_with(data_config, source="gs://b/rows.jsonl"),
                                               tokenizer))
@@ -284,6 +311,37 @@ class CalibrationTest(absltest.TestCase):
         self.assertEqual(plan["step_seconds"]["point"], 6.0)
         with self.assertRaisesRegex(planning.PlanError, "no measured run"):
             self._plan(H100X2, extra, every + ["c"])
+
+    def test_a_tpu_step_comes_from_the_chip_step_model_unless_tpu_runs_are_given(self):
+        v5p8_machine = machines.get("tpu-v5p-8")
+        config = plan_lib.machine_configs(["tpu-v5p-8"])[0][2]
+        step = planning.Step(fits=True, roofline_seconds=2.0, bound="compute",
+                             bytes_per_device=1, device_bytes=2, compile_seconds=60.0,
+                             details={"compute_seconds": 2.0, "memory_seconds": 1.5})
+
+        def plan(**kwargs):
+            return planning.plan_machine(v5p8_machine, config, dims_31b(), layout(), step,
+                                         rates(), **kwargs)
+
+        model = calibration.step_model()
+        point, low, high = calibration.predict_step(model, 2.0, 1.5)
+        modelled = plan()
+        self.assertEqual(modelled["step_seconds"], {"point": point, "low": low, "high": high})
+        self.assertEqual(modelled["calibration"]["scope"], "chip step model")
+        self.assertEqual(modelled["calibration"]["count"], len(model["fit"]))
+        self.assertAlmostEqual(point, model["compute"] * 2.0 + model["memory"] * 1.5)
+        self.assertLess(low, high)
+        # A TPU run of the user's: the runs calibrate it, as before the model.
+        every = [run["id"] for run in calibration.runs()]
+        mine = [{"id": "mine", "machine": "tpu-v5p-8", "factor": 1.5, "source": "x"}]
+        self.assertEqual(plan(extra=mine, exclude=every)["step_seconds"],
+                         {"point": 3.0, "low": 3.0, "high": 3.0})
+        # The model left out: the recorded TPU runs.
+        tpu = [f for _, f in calibration.factors(calibration.STEP)
+               if f in [r["factor"] for r in calibration.applicable("tpu")[0]]]
+        runs = plan(exclude=[planning.STEP_MODEL])
+        self.assertEqual(runs["calibration"]["scope"], "TPU runs")
+        self.assertAlmostEqual(runs["step_seconds"]["point"], 2.0 * sum(tpu) / len(tpu))
 
     def test_checkpoint_saves_and_validation_passes(self):
         # The v5e chip's 39 steps, every 10: Orbax's first save, then 10, 20, 30 and 39.

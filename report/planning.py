@@ -111,18 +111,25 @@ def read_data(data_config, tokenizer, cache_dir=""):
 
 
 def _files_fingerprint(source):
-    """[(path, size, mtime)] of a local source's files; None for one that is not
+    """[(path, size, mtime)] of a local source's files (dangling links left out,
+    as the data layer leaves them; each folder once); None for one that is not
     local (a bucket, the Hub: read every time)."""
     if source.startswith(sources.SYNTHETIC):
-        return []  # generated from its spec alone
+        source = sources.SAMPLE_PATH  # generated from its spec and the sample's words
     if source == sources.SAMPLE:
         source = sources.SAMPLE_PATH
     if storage.is_url(source) or source.startswith("hf://"):
         return None
     path = config_cli.user_path(source)
     if os.path.isdir(path):
-        files = [os.path.join(d, n) for d, _, names in os.walk(path, followlinks=True)
-                 for n in names]
+        files, seen = [], set()
+        for folder, subfolders, names in os.walk(path, followlinks=True):
+            real = os.path.realpath(folder)
+            if real in seen:  # a link back up the tree: each folder once
+                subfolders[:] = []
+                continue
+            seen.add(real)
+            files += [os.path.join(folder, name) for name in names]
     elif os.path.exists(path):
         files = [path]
     else:
@@ -131,7 +138,10 @@ def _files_fingerprint(source):
             return None
     out = []
     for name in sorted(files):
-        stat = os.stat(name)
+        try:
+            stat = os.stat(name)
+        except OSError:  # a dangling link (an editor's lock file): the data layer skips it
+            continue
         out.append((name, stat.st_size, stat.st_mtime_ns))
     return out
 
@@ -152,8 +162,10 @@ def counts_key(data_config, tokenizer):
     (the data config, its files' sizes and times, the tokenizer's vocabulary,
     specials and chat template, the data layer's code), or None where the data
     is not local."""
-    files = _files_fingerprint(data_config.source)
-    if files is None:
+    files = [_files_fingerprint(source) for source in (data_config.source,
+                                                       data_config.get("eval_source") or "")
+             if source]
+    if any(found is None for found in files):
         return None
     vocabulary = getattr(tokenizer, "backend_tokenizer", None)
     what = {"data": data_config.to_json(sort_keys=True), "files": files,
@@ -164,20 +176,37 @@ def counts_key(data_config, tokenizer):
     return hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:32]
 
 
+def _counts(values, name):
+    array = np.array(values, dtype=np.int64)
+    if array.ndim != 1 or (array < 0).any():
+        raise ValueError(f"{name}: not a list of token counts")
+    return array
+
+
 def _read_counts(path):
+    """The Data a plan before kept at `path`; None (counted again) where there is
+    none or it is not what `_write_counts` writes."""
     try:
         with open(path, encoding="utf-8") as f:
             found = json.load(f)
         report = pipeline.Report(**found["report"])
         report.dropped = collections.Counter(report.dropped)
-        return Data(lengths=np.array(found["lengths"], dtype=np.int64),
-                    trained=np.array(found["trained"], dtype=np.int64), report=report,
+        for name in ("rows_read", "kept", "trained_tokens"):
+            if not isinstance(getattr(report, name), int):
+                raise ValueError(f"report.{name}: not a count")
+        data = Data(lengths=_counts(found["lengths"], "lengths"),
+                    trained=_counts(found["trained"], "trained"), report=report,
                     eval_lengths=None if found["eval_lengths"] is None else
-                    np.array(found["eval_lengths"], dtype=np.int64), cached=True)
+                    _counts(found["eval_lengths"], "eval_lengths"), cached=True)
+        if len(data.lengths) != len(data.trained) or not len(data.lengths):
+            raise ValueError("lengths and trained counts differ")
+        return data
     except FileNotFoundError:
         return None
-    except (OSError, ValueError, KeyError, TypeError) as e:  # torn: counted again
-        logging.warning("plan cache: %s unreadable (%s), counting the data again", path, e)
+    except (OSError, ValueError, KeyError, TypeError, IndexError, OverflowError,
+            RecursionError) as e:  # torn or not ours: counted again and replaced
+        logging.warning("plan cache: %s unreadable (%s), counting the data again", path,
+                        str(e)[:200])
         return None
 
 
@@ -343,6 +372,7 @@ def tpu_step(machine, config, dims, layout_, cache, whole=False):
     row = aot.row(dims, config, machine, measured,
                   non_padding_fraction=layout_["non_padding_fraction"],
                   trained_fraction=layout_["trained_fraction"])
+    compute, memory = aot.roofline_parts(measured, row["analytic_kernels"], machine)
     limit = aot.HBM_LIMIT * row["hbm_bytes"]
     why = "" if row["fits"] else (
         f"the step needs {_gib(row['per_chip_bytes'])} per chip (XLA), over "
@@ -352,7 +382,8 @@ def tpu_step(machine, config, dims, layout_, cache, whole=False):
                 bound=row["roofline_bound"],
                 bytes_per_device=row["per_chip_bytes"], device_bytes=limit, why=why,
                 compile_seconds=measured["compile_seconds"],
-                details={"xla_flops": row["xla_flops"],
+                details={"compute_seconds": compute, "memory_seconds": memory,
+                         "xla_flops": row["xla_flops"],
                          "xla_bytes_accessed": row["xla_bytes_accessed"],
                          "kernel_flops": sum(k["flops"] for k in row["analytic_kernels"]),
                          "planner_bytes": row["planner_bytes"],
@@ -447,21 +478,42 @@ def _scaled(interval, by):
         k: v * by for k, v in interval.items()}
 
 
-def plan_machine(machine, config, dims, layout_, step, rates, *, exclude=(), extra=()):
-    """The plan of one machine: its step calibrated, billed time, dollars."""
+STEP_MODEL = "step_model"  # what --exclude_runs names to plan TPUs from runs instead
+
+
+def _calibrated(machine, step, exclude, extra):
+    """(step seconds as point/low/high, the calibration as plan.json records it).
+    A TPU step comes from the step model fitted to the v5e chip's shapes
+    (common/calibration.py), its range from the model's held-out errors, unless
+    TPU runs are given (--calibrate_with) or the model is excluded; else, and on
+    GPU, the roofline times the applicable runs' mean factor, their lowest and
+    highest for the range."""
+    tpu_runs = [run for run in extra if calibration.platform(run) == "tpu"]
+    if (machine.platform == "tpu" and not tpu_runs and STEP_MODEL not in exclude
+            and "compute_seconds" in step.details):
+        model = calibration.step_model()
+        point, low, high = calibration.predict_step(
+            model, step.details["compute_seconds"], step.details["memory_seconds"])
+        return _interval(point, low, high), {
+            "runs": [], "scope": "chip step model", "count": len(model["fit"]),
+            "model": model}
     runs, scope = calibration.applicable(machine.platform, exclude=exclude, extra=extra)
     spread = calibration.spread([run["factor"] for run in runs])
+    if spread is None:
+        raise PlanError(f"no measured run to calibrate {machine.name}'s step with "
+                        "(common/calibration.json, --calibrate_with)")
+    return (_interval(*(step.roofline_seconds * f for f in spread)),
+            {"runs": runs, "scope": scope, "count": len(runs)})
+
+
+def plan_machine(machine, config, dims, layout_, step, rates, *, exclude=(), extra=()):
+    """The plan of one machine: its step calibrated, billed time, dollars."""
+    seconds, calibrated = _calibrated(machine, step, exclude, extra)
     out = {"machine": machine.name, "platform": machine.platform, "chips": machine.chips,
            "fits": step.fits, "why": step.why, "change": step.change, "bound": step.bound,
            "bytes_per_device": step.bytes_per_device, "device_bytes": step.device_bytes,
            "roofline_seconds": step.roofline_seconds, "layout": layout_,
-           "calibration": {"runs": runs, "scope": scope, "count": len(runs)},
-           "step": step.details}
-    if spread is None:
-        raise PlanError(f"no measured run to calibrate {machine.name}'s step with "
-                        "(common/calibration.json, --calibrate_with)")
-    mean, low, high = spread
-    seconds = _interval(*(step.roofline_seconds * f for f in (mean, low, high)))
+           "calibration": calibrated, "step": step.details}
     modules = gemma4_map.tunix_lora_modules(config.lora.target_modules)
     per_token = flops_lib.flops_per_token(dims, layout_["seq_len"], config.lora.rank, modules)
     positions = config.batch.effective_size * layout_["seq_len"]
@@ -483,7 +535,8 @@ def plan_machine(machine, config, dims, layout_, step, rates, *, exclude=(), ext
     hours = _hours(parts, "total")
     out.update(
         step_seconds=seconds, billed_seconds=parts["point"], hours=hours,
-        step_hours=_hours(parts, "steps"), factor=_interval(mean, low, high),
+        step_hours=_hours(parts, "steps"),
+        factor={name: value / step.roofline_seconds for name, value in seconds.items()},
         dollars=_scaled(hours, machine.dollars_per_hour),
         spot_dollars=_scaled(hours, machine.spot_dollars_per_hour),
         tokens_per_s=tokens / seconds["point"],

@@ -15,7 +15,7 @@ Run it after changing a module that makes the step (extrapolate.STEP_MODULES),
 a pinned package that builds or compiles it, or a TPU config: until then
 //report:plan_test fails, naming this command. Each compile is also kept in
 --cache_dir (the plan's), so an interrupted run resumes where it stopped.
-About 40 minutes and 6 GB of host memory on 2 cores for our settings (a
+About 25 to 40 minutes and 8 GB of host memory on 2 cores for our settings (a
 scanned step compiles twice: 5 minutes each), as long again for the
 reference's.
 """
@@ -37,8 +37,9 @@ FLAGS = flags.FLAGS  # --cache_dir and --reference_settings are the plan's (repo
 def target():
     """report/compiled_steps.json in the source tree (`bazel run` names it)."""
     workspace = os.environ.get("BUILD_WORKSPACE_DIRECTORY")
+    # (run from bazel-bin, the runfiles' link leads to the source file)
     return (os.path.join(workspace, "report", os.path.basename(plan_lib.SHIPPED)) if workspace
-            else plan_lib.SHIPPED)
+            else os.path.realpath(plan_lib.SHIPPED))
 
 
 def main(argv):

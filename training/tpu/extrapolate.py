@@ -30,6 +30,7 @@ import hashlib
 import importlib.metadata
 import json
 import logging
+import math
 import os
 import tempfile
 
@@ -150,15 +151,25 @@ class ShippedError(cli.UserError):
     """A shipped file of compile results that cannot be read."""
 
 
+def _checked(figures):
+    """`figures` if they are what aot.compile_step returns, else ValueError."""
+    numbers = [figures[name] for name in _LINEAR + ("host_peak_bytes",)]
+    numbers += [figures["memory"][kind] for kind in ("argument", "output", "alias", "temp")]
+    if not all(isinstance(n, (int, float)) and not isinstance(n, bool) and math.isfinite(n)
+               for n in numbers) or not isinstance(figures["scan"], dict):
+        raise ValueError("figures that are not finite numbers")
+    return figures
+
+
 def read_shipped(path):
     """{key: figures} of a file `ship` wrote; {} where there is none."""
     try:
         with open(path, encoding="utf-8") as f:
             found = json.load(f)
-        return {key: entry["figures"] for key, entry in found["steps"].items()}
+        return {key: _checked(entry["figures"]) for key, entry in found["steps"].items()}
     except FileNotFoundError:
         return {}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError) as e:
         raise ShippedError(f"{path}: not a file of shipped compile results ({e!r}); "
                            "regenerate it with `bazel run //report:ship_compiled_steps`") from None
 

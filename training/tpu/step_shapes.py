@@ -80,6 +80,8 @@ def shape_config(name):
         *path, last = dotted.split(".")
         for part in path:
             holder = holder[part]
+        if last not in holder:  # the config is unlocked: a typo would add a field
+            raise ShapesError(f"shape {name!r}: one_chip.py has no field {dotted!r}")
         holder[last] = value
     return config, layers, divisor
 
@@ -121,7 +123,8 @@ def measure(name, workdir, steps):
             "lora_rank": config.lora.rank, "machine": machine.name,
             "step_seconds": measured["step_seconds"],
             "xla_compile_seconds": measured["xla_compile_seconds"],
-            "device_peak_bytes": measured["device_peak_bytes"],
+            # the process's peak so far (every shape before this one included)
+            "device_peak_bytes_so_far": measured["device_peak_bytes"],
             "data_tokens_per_s": measured["data_tokens_per_s"],
             **roofline(dims, config, machine, measured)}
 

@@ -1,6 +1,8 @@
 """The step-model shapes: each is one_chip.py with its own fields changed, and no
 two are the same step (the chip run itself is not here: docs/performance.md)."""
 
+from unittest import mock
+
 from absl.testing import absltest
 
 from common import machines
@@ -30,6 +32,13 @@ class ShapesTest(absltest.TestCase):
                      config.dropout_rng)
             self.assertNotIn(shape, seen, f"{name} repeats another shape")
             seen.add(shape)
+
+    def test_a_field_one_chip_does_not_have_is_refused(self):
+        with mock.patch.dict(step_shapes.SHAPES, {"typo": (6, 2, {"data.max_seq_length": 8})}):
+            with self.assertRaisesRegex(step_shapes.ShapesError,
+                                        "^shape 'typo': one_chip.py has no field "
+                                        "'data.max_seq_length'$"):
+                step_shapes.shape_config("typo")
 
     def test_an_unknown_shape_is_one_error(self):
         with self.assertRaisesRegex(step_shapes.ShapesError,

@@ -314,6 +314,12 @@ def main(argv):
                 "measured dollars differ by their prices too (--region, --prices)")
         if not report["planned"]:
             report["missing"].append(f"no run on a machine {_PLAN.value} plans")
+        beside = {row["label"] for row in report["planned"]}
+        for row in report["training"]:  # every run read is compared, or said not to be
+            if report["planned"] and row["label"] not in beside:
+                report["missing"].append(
+                    f"{row['label']}: not beside a plan ({_PLAN.value} has no plan that fits "
+                    f"for {row['machine']})")
     out_dir = config_cli.user_path(_OUT.value)
     storage.probe(out_dir)
     config_cli.write_resolved_config(config, out_dir)

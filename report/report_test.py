@@ -231,6 +231,9 @@ class RunsReportTest(absltest.TestCase):
                           "2.00 | yes |",
                           f.read())
         self.assertNotIn("priced for", done.stdout)
+        # Every run read is beside its plan or said not to be.
+        self.assertIn("missing: GPU gpu-h100x2: not beside a plan (", done.stdout)
+        self.assertIn("has no plan that fits for gpu-h100x2)", done.stdout)
         # A plan priced otherwise than the report is said to be.
         done = render([tpu, gpu], out, f"--plan={plan}", "--region=europe-west4")
         self.assertEqual(done.returncode, 0, done.stderr[-3000:])

@@ -8,6 +8,7 @@ apply to it and states how many runs that is.
 """
 
 import json
+import math
 import os
 
 from common import cli
@@ -80,19 +81,29 @@ def factors(name, machine=None, generation=None, path=PATH):
             and (generation is None or run["topology"].split(":")[0] == generation)]
 
 
+def _positive(value, zero_ok=False):
+    if (isinstance(value, bool) or not isinstance(value, (int, float))
+            or not math.isfinite(value) or value < 0 or (value == 0 and not zero_ok)):
+        raise ValueError(f"{value!r} is not a positive number of seconds")
+    return float(value)
+
+
 def step_model(path=SHAPES_PATH):
     """Our TPU step as a x compute + b x memory seconds (the roofline's two parts:
-    matrix work at peak, HBM traffic at bandwidth, partly overlapped), fitted by
-    least squares to the chip shapes named in step_shapes.json's `fit`; the
-    other shapes are held out: {"compute": a, "memory": b, "fit": [names],
-    "held_out": [{"shape", "measured", "predicted", "error"}], "source"}."""
+    counted work at peak, HBM traffic at bandwidth, partly overlapped), fitted by
+    least squares on seconds to the chip shapes named in step_shapes.json's
+    `fit`; the other shapes are held out: {"compute": a, "memory": b, "fit":
+    [names], "held_out": [{"shape", "measured", "predicted", "error"}], "source"}."""
     try:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
-        rows, fitted = data["rows"], set(data["fit"])
-        points = [(r["compute_seconds"], r["memory_seconds"], r["step_seconds"], r["shape"])
-                  for r in rows]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        fitted = set(data["fit"])
+        points = [(_positive(r["compute_seconds"], True), _positive(r["memory_seconds"], True),
+                   _positive(r["step_seconds"]), str(r["shape"])) for r in data["rows"]]
+        names = [p[3] for p in points]
+        if len(set(names)) != len(names) or not fitted <= set(names):
+            raise ValueError("shape names repeat, or `fit` names a shape the rows lack")
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
         raise CalibrationError(f"{path}: not a file of measured step shapes ({e})") from None
     fit = [p for p in points if p[3] in fitted]
     if len(fit) < 2 or len(fit) == len(points):
@@ -102,7 +113,12 @@ def step_model(path=SHAPES_PATH):
                   sum(m * m for _, m, _, _ in fit))
     ct, mt = sum(c * t for c, _, t, _ in fit), sum(m * t for _, m, t, _ in fit)
     det = cc * mm - cm * cm
+    if det <= 1e-12 * cc * mm:
+        raise CalibrationError(f"{path}: the fitted shapes do not tell compute from memory")
     a, b = (ct * mm - mt * cm) / det, (mt * cc - ct * cm) / det
+    if a <= 0 or b < 0:
+        raise CalibrationError(f"{path}: the fit gives {a:.3f} x compute + {b:.3f} x memory, "
+                               "a step that does not grow with its work: choose other shapes")
     held = [{"shape": name, "measured": t, "predicted": a * c + b * m,
              "error": (a * c + b * m) / t - 1} for c, m, t, name in points if name not in fitted]
     return {"compute": a, "memory": b, "fit": [p[3] for p in fit], "held_out": held,

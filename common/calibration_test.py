@@ -106,11 +106,29 @@ class StepModelTest(absltest.TestCase):
         self.assertAlmostEqual(point, 2.5)
         self.assertAlmostEqual(high, 2.5 * 1.25)  # as slow as the held-out shape ran
         self.assertAlmostEqual(low, 2.5)  # no held-out shape ran faster than predicted
-        for content in ("[]", '{"rows": [], "fit": []}', json.dumps(
-                {"rows": rows, "fit": ["s0", "s1", "s2", "s3"]})):
+        def with_rows(changed, fit=("s0", "s1", "s2")):
+            return json.dumps({"rows": changed, "fit": list(fit)})
+
+        twin = dict(rows[0], shape="s1")
+        for content in ("[]", '{"rows": [], "fit": []}', with_rows(rows, fit=[r["shape"] for r
+                                                                           in rows]),
+                        with_rows([dict(rows[0], step_seconds="0.7")] + rows[1:]),
+                        with_rows([dict(rows[0], step_seconds=0)] + rows[1:]),
+                        with_rows([dict(rows[0], step_seconds=float("nan"))] + rows[1:]),
+                        with_rows([rows[0], twin, rows[3]], fit=["s0", "s1"]),  # no spread
+                        with_rows(rows, fit=["s0", "s1", "typo"]),
+                        with_rows(rows + [rows[0]]),  # a name twice
+                        with_rows([{"shape": f"s{i}", "compute_seconds": c, "memory_seconds": m,
+                                    "step_seconds": 3 * m - 0.2 * c}  # more work, less time
+                                   for i, (c, m) in enumerate([(1, 2), (2, 2), (1, 3), (1, 1)])])):
             bad = self.create_tempfile(content=content).full_path
-            with self.assertRaises(calibration.CalibrationError):
+            with self.assertRaisesRegex(calibration.CalibrationError, "^.*: "):
                 calibration.step_model(bad)
+        with self.assertRaisesRegex(calibration.CalibrationError, "does not grow with its work"):
+            calibration.step_model(self.create_tempfile(content=with_rows(
+                [{"shape": f"s{i}", "compute_seconds": c, "memory_seconds": m,
+                  "step_seconds": 3 * m - 0.2 * c}
+                 for i, (c, m) in enumerate([(1, 2), (2, 2), (1, 3), (1, 1)])])).full_path)
 
 
 if __name__ == "__main__":

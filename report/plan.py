@@ -296,7 +296,8 @@ def table_rows(plan):
             _interval(p["spot_dollars"], document.money),
             f"{p['tokens_per_s']:,.0f}", f"{100 * p['mfu']:.1f}%" if p["mfu"] else "n/a",
             p["bound"],
-            f"{calibration['count']} ({calibration['scope']})"])
+            f"{calibration['count']} ({calibration['scope']})" if calibration["runs"]
+            else calibration["scope"]])
     return rows
 
 
@@ -340,15 +341,17 @@ def blocks(plan, image):
            ("h", 2, f"Prices ({plan['prices']['region']})"),
            ("table", ["machine", "on demand", "spot", "per VM", "source", "date", "note"],
             price_rows(plan)),
-           ("p", "A TPU step is the step model fitted to our step on the v5e chip at many "
-                 "shapes: a x its compute time (XLA's counted FLOPs plus the kernels' at the "
-                 "chips' peak) + b x its memory time (XLA's counted bytes at their HBM "
-                 "bandwidth), the range from the model's errors on the shapes it was not "
-                 "fitted to (below). A GPU step is the roofline (the compiled FLOPs at peak) "
-                 "times the mean measured/roofline factor of the runs that calibrate it; the "
-                 "range is their lowest and highest factor, a single value where one run is "
-                 "all there is. Billed hours add the download, loading, compile, checkpoint "
-                 "saves and validation (below).")]
+           ("p", "A TPU step whose calibration says \"chip step model\" is the model "
+                 "fitted to our step on one v5e chip at many shapes: a x its compute time "
+                 "(XLA's counted FLOPs plus the kernels' at the chips' peak) + b x its memory "
+                 "time (XLA's counted bytes at their HBM bandwidth), the range from the "
+                 "model's errors on the single-chip shapes it was not fitted to (below); "
+                 "collectives across chips and scanned layers were not among them. Any "
+                 "other step (GPU; TPU with runs of your own) is the roofline times the mean "
+                 "measured/roofline factor of the runs that calibrate it; the range is their "
+                 "lowest and highest factor, a single value where one run is all there is. "
+                 "Billed hours add the download, loading, compile, checkpoint saves and "
+                 "validation (below).")]
     if plan["deadline_hours"] is not None or plan["budget"] is not None:
         header = ["machine"]
         header += [f"deadline {plan['deadline_hours']} h"] if plan["deadline_hours"] else []

@@ -327,21 +327,21 @@ class CalibrationTest(absltest.TestCase):
         point, low, high = calibration.predict_step(model, 2.0, 1.5)
         modelled = plan()
         self.assertEqual(modelled["step_seconds"], {"point": point, "low": low, "high": high})
-        self.assertEqual(modelled["calibration"]["scope"], "chip step model")
-        self.assertEqual(modelled["calibration"]["count"], len(model["fit"]))
-        self.assertAlmostEqual(point, model["compute"] * 2.0 + model["memory"] * 1.5)
+        self.assertEqual(modelled["calibration"]["scope"], "chip step model, 5 shapes fitted")
+        self.assertEqual(modelled["calibration"]["count"], 0)  # no run
+        self.assertAlmostEqual(point, 1.2306 * 2.0 + 0.2289 * 1.5, places=3)
         self.assertLess(low, high)
-        # A TPU run of the user's: the runs calibrate it, as before the model.
-        every = [run["id"] for run in calibration.runs()]
+        # A TPU run of the user's: it alone calibrates (not the study's other stack).
         mine = [{"id": "mine", "machine": "tpu-v5p-8", "factor": 1.5, "source": "x"}]
-        self.assertEqual(plan(extra=mine, exclude=every)["step_seconds"],
-                         {"point": 3.0, "low": 3.0, "high": 3.0})
-        # The model left out: the recorded TPU runs.
-        tpu = [f for _, f in calibration.factors(calibration.STEP)
-               if f in [r["factor"] for r in calibration.applicable("tpu")[0]]]
+        yours = plan(extra=mine)
+        self.assertEqual(yours["step_seconds"], {"point": 3.0, "low": 3.0, "high": 3.0})
+        self.assertEqual(yours["calibration"]["scope"], "your TPU runs")
+        # ... unless it is left out: the model again.
+        self.assertEqual(plan(extra=mine, exclude=["mine"])["step_seconds"]["point"], point)
+        # The model left out: the recorded TPU runs (the v5e chip's 1.4287, the study's 3.3511).
         runs = plan(exclude=[planning.STEP_MODEL])
         self.assertEqual(runs["calibration"]["scope"], "TPU runs")
-        self.assertAlmostEqual(runs["step_seconds"]["point"], 2.0 * sum(tpu) / len(tpu))
+        self.assertAlmostEqual(runs["step_seconds"]["point"], 2.0 * (1.4287 + 3.3511) / 2)
 
     def test_checkpoint_saves_and_validation_passes(self):
         # The v5e chip's 39 steps, every 10: Orbax's first save, then 10, 20, 30 and 39.

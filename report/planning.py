@@ -484,20 +484,24 @@ STEP_MODEL = "step_model"  # what --exclude_runs names to plan TPUs from runs in
 def _calibrated(machine, step, exclude, extra):
     """(step seconds as point/low/high, the calibration as plan.json records it).
     A TPU step comes from the step model fitted to the v5e chip's shapes
-    (common/calibration.py), its range from the model's held-out errors, unless
-    TPU runs are given (--calibrate_with) or the model is excluded; else, and on
-    GPU, the roofline times the applicable runs' mean factor, their lowest and
-    highest for the range."""
-    tpu_runs = [run for run in extra if calibration.platform(run) == "tpu"]
-    if (machine.platform == "tpu" and not tpu_runs and STEP_MODEL not in exclude
-            and "compute_seconds" in step.details):
+    (common/calibration.py), its range from the model's held-out errors; where
+    the user gives TPU runs of their own (--calibrate_with), from those alone;
+    with the model excluded, and on GPU, the roofline times the applicable runs'
+    mean factor, their lowest and highest for the range."""
+    yours = [run for run in extra
+             if calibration.platform(run) == "tpu" and run["id"] not in exclude]
+    if machine.platform == "tpu" and yours:  # runs of the user's own: they alone
+        runs, scope = yours, "your TPU runs"
+    elif (machine.platform == "tpu" and STEP_MODEL not in exclude
+          and "compute_seconds" in step.details):
         model = calibration.step_model()
         point, low, high = calibration.predict_step(
             model, step.details["compute_seconds"], step.details["memory_seconds"])
         return _interval(point, low, high), {
-            "runs": [], "scope": "chip step model", "count": len(model["fit"]),
-            "model": model}
-    runs, scope = calibration.applicable(machine.platform, exclude=exclude, extra=extra)
+            "runs": [], "scope": f"chip step model, {len(model['fit'])} shapes fitted",
+            "count": 0, "model": model}
+    else:
+        runs, scope = calibration.applicable(machine.platform, exclude=exclude, extra=extra)
     spread = calibration.spread([run["factor"] for run in runs])
     if spread is None:
         raise PlanError(f"no measured run to calibrate {machine.name}'s step with "

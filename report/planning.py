@@ -34,7 +34,6 @@ import json
 import logging
 import math
 import os
-import tempfile
 
 import numpy as np
 
@@ -217,11 +216,7 @@ def _write_counts(path, data):
              "report": {field.name: getattr(data.report, field.name)
                         for field in dataclasses.fields(data.report)}}
     try:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(path), suffix=".tmp",
-                                         delete=False) as f:
-            json.dump(value, f, default=int)
-        os.replace(f.name, path)
+        storage.write_bytes(path, json.dumps(value, default=int).encode())
     except OSError as e:
         logging.warning("plan cache: cannot write %s (%s); the next plan counts again", path, e)
 

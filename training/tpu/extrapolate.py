@@ -32,9 +32,9 @@ import json
 import logging
 import math
 import os
-import tempfile
 
 from common import cli
+from common import storage
 from training.tpu import aot
 from training.tpu import layer_scan
 
@@ -178,10 +178,7 @@ def ship(path, used, about):
     """Writes the compile results in `used` (Cache.used) to `path`, atomically."""
     text = json.dumps({"about": about, "versions": _versions(), "source": _source_digest(),
                        "steps": dict(sorted(used.items()))}, indent=1, sort_keys=True)
-    with tempfile.NamedTemporaryFile("w", dir=os.path.dirname(path), suffix=".tmp",
-                                     delete=False) as f:
-        f.write(text + "\n")
-    os.replace(f.name, path)
+    storage.write_bytes(path, (text + "\n").encode())
 
 
 class Cache:
@@ -220,11 +217,7 @@ class Cache:
         if not self.directory:
             return
         try:
-            os.makedirs(self.directory, exist_ok=True)
-            with tempfile.NamedTemporaryFile("w", dir=self.directory, suffix=".tmp",
-                                             delete=False) as f:
-                json.dump(value, f)
-            os.replace(f.name, self._path(key))
+            storage.write_bytes(self._path(key), json.dumps(value).encode())
         except OSError as e:  # a cache that cannot be written costs time, not the plan
             log.warning("compile cache: cannot write %s (%s); the next plan compiles again",
                         self.directory, e)

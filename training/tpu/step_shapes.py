@@ -61,8 +61,6 @@ _SHAPES = flags.DEFINE_list("shapes", list(SHAPES), "Shapes to run (SHAPES), in 
 FLAGS = flags.FLAGS  # --steps (timed steps after a warm-up) is scan_benchmark's
 _OUT = flags.DEFINE_string("out", "step_shapes.json", "Where the rows go (JSON).")
 
-log = logging.getLogger("training.tpu.step_shapes")
-
 
 class ShapesError(cli.UserError):
     pass
